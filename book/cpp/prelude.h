@@ -1,0 +1,38 @@
+// The headers every chapter's backend is compiled against.
+//
+// book.build() precompiles this file once per machine (a GCC precompiled
+// header) and puts `#include "prelude.h"` at the top of the generated
+// translation unit, so a chapter's cells compile in a couple of seconds
+// instead of re-parsing PyTorch's headers on every build. It is deliberately
+// slim: <torch/extension.h> (pybind11 plus every ATen function) costs ~20 s to
+// parse, and a PCH of it is ~800 MB, which is slow to load again.
+#pragma once
+
+// Dispatcher registration: TORCH_LIBRARY, TORCH_LIBRARY_IMPL, boxed kernels.
+#include <torch/library.h>
+
+// Tensors, storage, allocators, device guards.
+#include <ATen/core/Tensor.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+// Device-agnostic pieces of ATen that a backend reuses for its minimal ops.
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_copy_from.h>
+#include <ATen/ops/_copy_from_and_resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+
+// Hooks and observers used by later chapters and by the book's trace probe.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/record_function.h>

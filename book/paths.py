@@ -1,0 +1,24 @@
+"""Where the book's files live, and where its build products go."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHAPTERS = REPO / "chapters"
+EXTENSION = REPO / "extension"
+CSRC = EXTENSION / "csrc"
+BOOK_CPP = Path(__file__).resolve().parent / "cpp"
+
+
+def cache_dir() -> Path:
+    """Build products: precompiled header, driver library, chapter builds.
+
+    Override with EMBER_BOOK_CACHE (the benchmark uses this to measure cold
+    builds without touching the reader's cache).
+    """
+    root = os.environ.get("EMBER_BOOK_CACHE") or Path.home() / ".cache" / "ember-book"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

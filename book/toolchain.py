@@ -1,0 +1,148 @@
+"""Compiler flags, the precompiled prelude header, and the ember driver library.
+
+Two things make a chapter build fast on a 2-core machine:
+
+* the prelude (book/cpp/prelude.h) is precompiled once per machine into a GCC
+  ``.gch`` with exactly the flags `load_inline` compiles with (GCC silently
+  ignores a PCH built with other flags);
+* the simulated driver (extension/csrc/runtime) is a separate shared library,
+  built once. It also outlives every chapter build loaded into the process,
+  which is what lets `book.build()` check that no device memory is still alive
+  before it unloads a build.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch.utils import cpp_extension
+
+from book.paths import BOOK_CPP, CSRC, cache_dir
+from book.progress import Status
+
+# -fno-gnu-unique: without it GCC marks some template statics STB_GNU_UNIQUE,
+# which makes the library impossible to dlclose, so a second build in the same
+# kernel would register its kernels on top of the first one's.
+EXTRA_CFLAGS = ["-fno-gnu-unique", "-Winvalid-pch"]
+DRIVER_SOURCES = ["runtime/ember_driver.cpp"]
+
+
+def _digest(*chunks: str | bytes) -> str:
+    h = hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk.encode() if isinstance(chunk, str) else chunk)
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+@cache
+def compile_flags() -> list[str]:
+    """The flags `load_inline` uses for our builds, minus the extension name."""
+    flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for include in cpp_extension.include_paths():
+        flags += ["-isystem", include]
+    flags += ["-isystem", sysconfig.get_paths()["include"]]
+    flags += ["-fPIC", f"-std={_cxx_standard()}"]
+    return flags + EXTRA_CFLAGS
+
+
+def _cxx_standard() -> str:
+    # load_inline picks the standard; read it back from torch rather than guess.
+    source = Path(cpp_extension.__file__).read_text()
+    return "c++20" if "-std=c++20" in source else "c++17"
+
+
+def toolchain_key() -> str:
+    """Changes whenever a build product made by another toolchain is stale."""
+    compiler = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout
+    return _digest(torch.__version__, compiler, *compile_flags())
+
+
+def prelude_dir() -> Path:
+    """A directory holding prelude.h and its up-to-date prelude.h.gch."""
+    prelude = (BOOK_CPP / "prelude.h").read_text()
+    target = cache_dir() / "pch" / _digest(toolchain_key(), prelude)
+    gch = target / "prelude.h.gch"
+    if gch.exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "prelude.h").write_text(prelude)
+    partial = target / "prelude.h.gch.partial"
+    with Status("precompiling the prelude header (once per machine)") as status:
+        result = subprocess.run(
+            ["c++", "-x", "c++-header", str(target / "prelude.h"), "-o", str(partial)]
+            + compile_flags(),
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"precompiling book/cpp/prelude.h failed:\n{result.stderr[-4000:]}")
+        partial.rename(gch)
+        status.finish(f"✔ precompiled the prelude header in {status.elapsed:.1f} s")
+    return target
+
+
+@cache
+def driver_library() -> Path:
+    """Build (once) and load libember_driver.so, the simulated device driver."""
+    sources = [CSRC / s for s in DRIVER_SOURCES]
+    headers = sorted((CSRC / "runtime").glob("*.h"))
+    key = _digest(toolchain_key(), *(p.read_text() for p in sources + headers))
+    target = cache_dir() / "driver" / key
+    library = target / "libember_driver.so"
+    if not library.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        partial = target / "libember_driver.so.partial"
+        result = subprocess.run(
+            ["c++", "-std=c++17", "-O2", "-fPIC", "-shared", f"-I{CSRC}"]
+            + [str(s) for s in sources]
+            + ["-o", str(partial)],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"building the ember driver failed:\n{result.stderr[-4000:]}")
+        partial.rename(library)
+    # RTLD_GLOBAL: chapter builds resolve the driver's symbols against this copy.
+    ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL)
+    return library
+
+
+class MemStats(ctypes.Structure):
+    _fields_ = [
+        ("bytes_in_use", ctypes.c_size_t),
+        ("peak_bytes_in_use", ctypes.c_size_t),
+        ("live_allocations", ctypes.c_size_t),
+        ("total_allocations", ctypes.c_size_t),
+        ("total_frees", ctypes.c_size_t),
+    ]
+
+
+def driver_stats(device: int) -> MemStats:
+    """The driver's own memory counters for one device (no PyTorch involved)."""
+    lib = ctypes.CDLL(str(driver_library()))
+    stats = MemStats()
+    error = lib.emMemGetStats(ctypes.c_int(device), ctypes.byref(stats))
+    if error != 0:
+        raise RuntimeError(f"emMemGetStats({device}) failed with ember error {error}")
+    return stats
+
+
+def driver_device_count() -> int:
+    lib = ctypes.CDLL(str(driver_library()))
+    count = ctypes.c_int(0)
+    lib.emGetDeviceCount(ctypes.byref(count))
+    return count.value
+
+
+def clean_cache() -> None:
+    """Remove every build product (the next build is cold again)."""
+    shutil.rmtree(cache_dir(), ignore_errors=True)

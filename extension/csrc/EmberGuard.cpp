@@ -1,0 +1,71 @@
+// The device guard: how PyTorch asks "which ember device is current?" and
+// switches it for the duration of an operation.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "EmberCheck.h"
+#include "runtime/ember_driver.h"
+
+// ember-book: begin device_guard
+namespace ember {
+
+struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+
+  c10::DeviceType type() const override {
+    return static_type;
+  }
+
+  c10::Device getDevice() const override {
+    int device = 0;
+    EMBER_CHECK(emGetDevice(&device));
+    return c10::Device(static_type, static_cast<c10::DeviceIndex>(device));
+  }
+
+  void setDevice(c10::Device device) const override {
+    TORCH_CHECK(device.type() == static_type,
+                "ember device guard: expected an ember device, got ", device);
+    const c10::DeviceIndex count = deviceCount();
+    TORCH_CHECK(device.index() >= 0 && device.index() < count,
+                "ember: device index ", static_cast<int>(device.index()),
+                " is out of range: there are ", static_cast<int>(count),
+                " ember devices (0..", count - 1, ")");
+    EMBER_CHECK(emSetDevice(device.index()));
+  }
+
+  c10::Device exchangeDevice(c10::Device device) const override {
+    const c10::Device previous = getDevice();
+    if (previous != device) {
+      setDevice(device);
+    }
+    return previous;
+  }
+
+  // Called from guard destructors to restore the previous device: must not
+  // throw, and the device was valid when the guard saved it.
+  void uncheckedSetDevice(c10::Device device) const noexcept override {
+    (void)emSetDevice(device.index());
+  }
+
+  // deviceCount() is called while PyTorch probes backends; it must not throw.
+  c10::DeviceIndex deviceCount() const noexcept override {
+    int count = 0;
+    return emGetDeviceCount(&count) == emSuccess
+        ? static_cast<c10::DeviceIndex>(count)
+        : 0;
+  }
+
+  // Streams come in chapter 09. Until then every device has one stream, the
+  // default one, and work on it is synchronous.
+  c10::Stream getStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+
+  c10::Stream exchangeStream(c10::Stream stream) const override {
+    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, EmberGuardImpl);
+
+} // namespace ember
+// ember-book: end device_guard
