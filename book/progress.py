@@ -64,14 +64,18 @@ class Status:
         if self._thread is not None:
             self._thread.join()
 
-    def finish(self, summary: str) -> None:
-        """Replace the live line by `summary` (or show it, in batch mode)."""
+    def finish(self, summary: str, show_in_batch: bool = True) -> None:
+        """Replace the live line by `summary` (or show it, in batch mode).
+
+        One-time machine warm-ups pass show_in_batch=False: whether they happen
+        depends on the machine's cache, not on the chapter.
+        """
         self._stop_ticking()
         if self._handle is not None:
             from IPython.display import Pretty
 
             self._handle.update(Pretty(summary))
-        elif _in_notebook():
+        elif _in_notebook() and show_in_batch:
             from IPython.display import Pretty, display
 
             display(Pretty(summary))

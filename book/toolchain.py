@@ -86,7 +86,7 @@ def prelude_dir() -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"precompiling book/cpp/prelude.h failed:\n{result.stderr[-4000:]}")
         partial.rename(gch)
-        status.finish(f"✔ precompiled the prelude header in {status.elapsed:.1f} s")
+        status.finish(f"✔ precompiled the prelude header in {status.elapsed:.1f} s", show_in_batch=False)
     return target
 
 
