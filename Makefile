@@ -4,9 +4,12 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-export EMBER_BOOK_BATCH := 1
+PYTEST := $(PY) -m pytest -p no:cacheprovider -p no:anyio
+RUFF := $(VENV)/bin/ruff
+RUFF_ARGS := --line-length 110 --target-version py311
+EXTENSION_SOURCES := $(shell find extension -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.toml' \) -not -path '*/build/*' -not -path '*.egg-info/*')
 
-.PHONY: book test setup lint sync-check execute bench lab clean
+.PHONY: book test setup extension lint sync-check execute bench lab clean
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -18,28 +21,38 @@ $(VENV)/.installed: requirements.txt
 
 setup: $(VENV)/.installed
 
+$(VENV)/.extension-installed: $(VENV)/.installed $(EXTENSION_SOURCES)
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps ./extension
+	touch $@
+
+extension: $(VENV)/.extension-installed
+
 book: setup
 	$(VENV)/bin/jupyter-book build . -W --keep-going --builder html
 
-test: setup lint sync-check
-	$(PY) -m pytest tests -p no:cacheprovider -q
+# The book's own tests and the finished extension's tests run in separate
+# processes: each loads a PrivateUse1 backend, and a process holds only one.
+test: setup extension lint sync-check
+	EMBER_BOOK_BATCH=1 $(PYTEST) tests --ignore=tests/extension
+	$(PYTEST) tests/extension
+	EMBER_BOOK_BATCH=1 $(PYTEST) --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
 
 lint: setup
-	$(VENV)/bin/ruff check book tests extension
-	$(VENV)/bin/ruff format --check book tests extension
+	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B book tests extension
+	$(RUFF) format --check $(RUFF_ARGS) book tests extension
 
 sync-check: setup
 	$(PY) -m book.sync --check
 
 # Re-execute chapters (all, or CHAPTERS="chapters/02_minimal_ops.ipynb") and save their outputs.
 execute: setup
-	$(PY) -m book.execute $(CHAPTERS)
+	EMBER_BOOK_BATCH=1 $(PY) -m book.execute $(CHAPTERS)
 
 bench: setup
 	$(PY) -m book.bench
 
 lab: setup
-	$(VENV)/bin/jupyter lab chapters/
+	EMBER_BOOK_BATCH=0 $(VENV)/bin/jupyter lab chapters/
 
 clean:
 	rm -rf _build

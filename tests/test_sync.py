@@ -1,0 +1,101 @@
+"""One source of truth: every C++ cell equals a region of extension/csrc."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from book import sync
+from book.cells import chapter_paths, parts_before, split_magic
+
+
+def test_chapters_match_the_extension():
+    problems = sync.problems()
+    assert problems == [], "\n\n".join(problems)
+
+
+def test_every_chapter_with_cpp_is_covered():
+    # Guard against a vacuous pass: the book does show C++.
+    assert len(sync.chapter_parts()) >= 3
+
+
+def copy_chapters(tmp_path: Path) -> list[Path]:
+    copies = []
+    for path in chapter_paths():
+        copies.append(Path(shutil.copy(path, tmp_path / path.name)))
+    return copies
+
+
+def edit_first_cpp_cell(path: Path, edit) -> str:
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and split_magic(source):
+            cell["source"] = edit(source)
+            path.write_text(json.dumps(notebook))
+            return split_magic(source)[0]
+    raise AssertionError(f"{path} has no %%cpp cell")
+
+
+def first_notebook_with_cpp(copies: list[Path]) -> Path:
+    return next(p for p in copies if any(split_magic(source) for source in _sources(p)))
+
+
+def _sources(path: Path) -> list[str]:
+    notebook = json.loads(path.read_text())
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+
+
+def test_an_edited_chapter_is_reported(tmp_path):
+    copies = copy_chapters(tmp_path)
+    target = first_notebook_with_cpp(copies)
+    name = edit_first_cpp_cell(target, lambda s: s.replace(";", "; ", 1))
+    problems = sync.problems(notebooks=copies)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{target.stem}.ipynb[{name}] differs from extension/csrc/")
+
+
+def test_a_renamed_cell_is_reported_both_ways(tmp_path):
+    copies = copy_chapters(tmp_path)
+    target = first_notebook_with_cpp(copies)
+    name = edit_first_cpp_cell(target, lambda s: s.replace("%%cpp ", "%%cpp renamed_", 1))
+    problems = sync.problems(notebooks=copies)
+    assert any(f"[renamed_{name}]: no region" in p for p in problems)
+    assert any(f"region {name!r} is not shown by any chapter" in p for p in problems)
+
+
+def test_write_restores_an_edited_chapter(tmp_path):
+    copies = copy_chapters(tmp_path)
+    target = first_notebook_with_cpp(copies)
+    edit_first_cpp_cell(target, lambda s: s + "\n// stray edit")
+    assert sync.problems(notebooks=copies)
+    assert sync.write(notebooks=copies) == [target]
+    assert sync.problems(notebooks=copies) == []
+
+
+def test_region_markers_must_pair(tmp_path):
+    source = tmp_path / "bad.cpp"
+    source.write_text("// ember-book: begin a\nint x;\n// ember-book: end b\n")
+    with pytest.raises(ValueError, match="'end b' does not close 'a'"):
+        sync.regions_in_file(source)
+    source.write_text("// ember-book: begin a\nint x;\n")
+    with pytest.raises(ValueError, match="region 'a' is never closed"):
+        sync.regions_in_file(source)
+
+
+def test_region_text_excludes_markers(tmp_path):
+    source = tmp_path / "ok.cpp"
+    source.write_text("#include <x>\n// ember-book: begin a\nint x;\n\n// ember-book: end a\nint y;\n")
+    (region,) = sync.regions_in_file(source)
+    assert (region.name, region.line, region.text) == ("a", 2, "int x;\n")
+
+
+def test_a_chapter_builds_on_the_chapters_before_it():
+    stems = [p.stem for p in chapter_paths()]
+    assert stems == sorted(stems)
+    for index, stem in enumerate(stems):
+        earlier = {p.chapter for p in parts_before(stem)}
+        assert earlier <= set(stems[:index])
