@@ -161,6 +161,45 @@ class AccessGuard {
   bool ok_ = true;
 };
 
+// The event callback lives under its own mutex, not State::mutex: it is
+// copied out under the lock and called after it is released, so a callback
+// may call back into the driver (or replace itself) without deadlocking.
+struct CallbackSlot {
+  std::mutex mutex;
+  emEventCallback callback = nullptr;
+  void* user = nullptr;
+};
+
+CallbackSlot& callback_slot() {
+  static CallbackSlot* const instance = new CallbackSlot(); // see state()
+  return *instance;
+}
+
+void notify(const emEvent& event) {
+  emEventCallback callback = nullptr;
+  void* user = nullptr;
+  {
+    CallbackSlot& slot = callback_slot();
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    callback = slot.callback;
+    user = slot.user;
+  }
+  if (callback != nullptr) callback(&event, user);
+}
+
+emEvent make_event(emEventKind kind, int device, size_t bytes,
+                   const void* ptr) {
+  emEvent event{};
+  event.kind = kind;
+  event.device = device;
+  event.peer_device = -1;
+  event.memcpy_kind = emMemcpyHostToDevice; // meaningful for memcpy only
+  event.bytes = bytes;
+  event.num_buffers = 0;
+  event.ptr = ptr;
+  return event;
+}
+
 // No C++ exception may cross the C API. The driver's own bookkeeping can only
 // throw std::bad_alloc, and running out of host memory is what
 // emErrorMemoryAllocation means anyway.
@@ -216,7 +255,7 @@ emError_t emMalloc(void** ptr, size_t size) {
   *ptr = nullptr;
   if (size == 0) return emSuccess;
   const int device = current_device;
-  return translate_exceptions([&] {
+  const emError_t status = translate_exceptions([&] {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     emMemStats& stats = s.stats[device];
@@ -242,6 +281,10 @@ emError_t emMalloc(void** ptr, size_t size) {
     *ptr = base;
     return emSuccess;
   });
+  if (status == emSuccess) {
+    notify(make_event(emEventMalloc, device, size, *ptr));
+  }
+  return status;
 }
 
 emError_t emFree(void* ptr) {
@@ -249,17 +292,20 @@ emError_t emFree(void* ptr) {
   // Declared before the lock so that the unmap (if this is the last
   // reference) happens after the mutex is released.
   AllocationPtr alloc;
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  auto it = s.allocations.find(addr(ptr)); // exact base only, not interior
-  if (it == s.allocations.end()) return emErrorInvalidValue;
-  alloc = std::move(it->second);
-  s.allocations.erase(it);
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.allocations.find(addr(ptr)); // exact base only, not interior
+    if (it == s.allocations.end()) return emErrorInvalidValue;
+    alloc = std::move(it->second);
+    s.allocations.erase(it);
 
-  emMemStats& stats = s.stats[alloc->device];
-  stats.bytes_in_use -= alloc->size;
-  --stats.live_allocations;
-  ++stats.total_frees;
+    emMemStats& stats = s.stats[alloc->device];
+    stats.bytes_in_use -= alloc->size;
+    --stats.live_allocations;
+    ++stats.total_frees;
+  }
+  notify(make_event(emEventFree, alloc->device, alloc->size, ptr));
   return emSuccess;
 }
 
@@ -296,10 +342,17 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
     return ok ? emSuccess : emErrorInvalidValue;
   });
   if (status != emSuccess) return status;
-  AccessGuard guard(std::move(allocs));
-  if (!guard.ok()) return emErrorMemoryAllocation;
-  // memmove: a device-to-device copy within one allocation may overlap.
-  std::memmove(dst, src, count);
+  // check_copy_side appended the device side(s): destination first.
+  emEvent event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
+  event.memcpy_kind = kind;
+  if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
+  {
+    AccessGuard guard(std::move(allocs));
+    if (!guard.ok()) return emErrorMemoryAllocation;
+    // memmove: a device-to-device copy within one allocation may overlap.
+    std::memmove(dst, src, count);
+  }
+  notify(event);
   return emSuccess;
 }
 
@@ -323,9 +376,14 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   // The guard drops the mutex before fn runs, so fn may call back into the
   // driver. fn must not throw; if it did, the guard would still reseal the
   // pages as the exception unwinds.
-  AccessGuard guard(std::move(allocs));
-  if (!guard.ok()) return emErrorMemoryAllocation;
-  fn(arg);
+  {
+    AccessGuard guard(std::move(allocs));
+    if (!guard.ok()) return emErrorMemoryAllocation;
+    fn(arg);
+  }
+  emEvent event = make_event(emEventKernelLaunch, current_device, 0, nullptr);
+  event.num_buffers = num_buffers;
+  notify(event);
   return emSuccess;
 }
 
@@ -342,6 +400,14 @@ emError_t emMemResetPeak(int device) {
   std::lock_guard<std::mutex> lock(state().mutex);
   emMemStats& stats = state().stats[device];
   stats.peak_bytes_in_use = stats.bytes_in_use;
+  return emSuccess;
+}
+
+emError_t emSetEventCallback(emEventCallback callback, void* user) {
+  CallbackSlot& slot = callback_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  slot.callback = callback;
+  slot.user = user;
   return emSuccess;
 }
 

@@ -67,6 +67,40 @@ emError_t emLaunchKernel(
 emError_t emMemGetStats(int device, emMemStats* stats);
 emError_t emMemResetPeak(int device);
 
+// Event callbacks: tools (the book's dispatch trace, a profiler) can watch
+// what the driver does. One callback per process; it is called on the thread
+// that made the driver call, after the work succeeded, and never while the
+// driver holds its internal lock, so the callback may call back into the
+// driver. Failed calls and no-ops (emMalloc of 0 bytes, emFree(NULL), a copy
+// of 0 bytes) report nothing.
+typedef enum emEventKind {
+  emEventMalloc = 0,
+  emEventFree = 1,
+  emEventMemcpy = 2,
+  emEventKernelLaunch = 3
+} emEventKind;
+
+typedef struct emEvent {
+  emEventKind kind;
+  // malloc/free: the allocation's device. memcpy: the device side of the
+  // copy (H2D: destination, D2H: source, D2D: destination). launch: the
+  // current device of the launching thread.
+  int device;
+  // D2D memcpy: the source device. Otherwise -1.
+  int peer_device;
+  emMemcpyKind memcpy_kind; // memcpy only
+  size_t bytes;             // malloc/free: size as requested; memcpy: count
+  size_t num_buffers;       // launch only: buffers handed to the kernel
+  const void* ptr;          // malloc/free: the allocation; memcpy: dst
+} emEvent;
+
+typedef void (*emEventCallback)(const emEvent* event, void* user);
+
+// Installs `callback` (NULL removes it); `user` is passed back to it. A call
+// already running the previous callback on another thread may finish after
+// this returns, so a callback must stay valid for the life of the process.
+emError_t emSetEventCallback(emEventCallback callback, void* user);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif
