@@ -112,7 +112,11 @@ def build(parts: list[CppPart] | None = None, chapter: str | None = None) -> Bui
         raise ValueError("there are no %%cpp parts to build yet")
 
     source = translation_unit(parts)
-    key = toolchain._digest(toolchain.toolchain_key(), source)
+    driver = toolchain.driver_library()
+    prelude = toolchain.prelude_dir()
+    # What gets compiled and linked beyond `source`: the prelude, and the driver
+    # (its header is included; its directory, named by its hash, is linked).
+    key = toolchain._digest(toolchain.toolchain_key(), toolchain.prelude_text(), str(driver), source)
     name = f"ember_{chapter[:2]}_{key}"
     description = _describe(parts, chapter)
     if _LOADED is not None and _LOADED.name == name:
@@ -120,8 +124,6 @@ def build(parts: list[CppPart] | None = None, chapter: str | None = None) -> Bui
             status.finish(f"✔ {description} is already loaded")
         return _LOADED
 
-    driver = toolchain.driver_library()
-    prelude = toolchain.prelude_dir()
     directory = cache_dir() / "builds" / name
     cached = (directory / f"{name}.so").exists()
     previous = _LOADED

@@ -66,9 +66,13 @@ def toolchain_key() -> str:
     return _digest(torch.__version__, compiler, *compile_flags())
 
 
+def prelude_text() -> str:
+    return (BOOK_CPP / "prelude.h").read_text()
+
+
 def prelude_dir() -> Path:
     """A directory holding prelude.h and its up-to-date prelude.h.gch."""
-    prelude = (BOOK_CPP / "prelude.h").read_text()
+    prelude = prelude_text()
     target = cache_dir() / "pch" / _digest(toolchain_key(), prelude)
     gch = target / "prelude.h.gch"
     if gch.exists():
