@@ -1,0 +1,200 @@
+// The CPU fallback: every operator without an ember kernel runs on the CPU,
+// with its tensors copied there and back. Plus the rules that stop the calls
+// a CPU round trip would get wrong.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/Device.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+// ember-book: begin cpu_fallback
+namespace ember {
+
+// A rule that decides whether a call may fall back to the CPU: it raises if
+// not. The cells after this one add rules; each registers itself here.
+using FallbackCheck = void (*)(const c10::OperatorHandle& op,
+                               c10::ArrayRef<c10::IValue> arguments);
+
+std::vector<FallbackCheck>& fallbackChecks() {
+  // Constructed on first use, so registering from any static initializer,
+  // in any order, is safe.
+  static std::vector<FallbackCheck> checks;
+  return checks;
+}
+
+struct RegisterFallbackCheck {
+  explicit RegisterFallbackCheck(FallbackCheck check) {
+    fallbackChecks().push_back(check);
+  }
+};
+
+// A boxed kernel: the dispatcher hands over the operator and a stack whose
+// last entries are its arguments; the results must replace them.
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::ArrayRef<c10::IValue> arguments =
+      torch::jit::last(*stack, op.schema().arguments().size());
+  for (const FallbackCheck check : fallbackChecks()) {
+    check(op, arguments);
+  }
+  // ATen's generic fallback: copy the tensor arguments to the CPU, run the
+  // CPU kernel, copy mutated arguments back into the ember tensors, and move
+  // the results to the device of the first tensor argument.
+  at::native::cpu_fallback(op, stack);
+}
+
+} // namespace ember
+
+// `_`: all operators of all namespaces. One fallback per dispatch key: the
+// dispatcher uses it for every operator with nothing registered at PrivateUse1.
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
+}
+// ember-book: end cpu_fallback
+
+// ember-book: begin fallback_blocklist
+namespace ember {
+
+// Operators that must never run on the CPU behind ember's back. A name
+// without an overload ("aten::set_") covers every overload.
+struct BlockedOperator {
+  const char* name;
+  const char* reason;
+};
+
+constexpr const char* kMovesTensors =
+    "the CPU fallback moves tensors between ember and the CPU with it: "
+    "ember must implement it itself (chapter 02)";
+constexpr const char* kSharesMemory =
+    "it makes a tensor share another tensor's memory, and a CPU copy cannot "
+    "share ember memory";
+constexpr const char* kDrawsRandom =
+    "it draws random numbers: on the CPU they would come from the CPU's "
+    "generator, so ember's seed and random state would not govern them";
+
+constexpr BlockedOperator kBlockedOperators[] = {
+    {"aten::empty.memory_format", kMovesTensors},
+    {"aten::empty_strided", kMovesTensors},
+    {"aten::_copy_from", kMovesTensors},
+    {"aten::_copy_from_and_resize", kMovesTensors},
+    {"aten::resize_", kMovesTensors},
+    {"aten::set_", kSharesMemory},
+    // Random, but without a Generator argument for the rule below to see.
+    {"aten::native_dropout", kDrawsRandom},
+};
+
+// Returns Tensor(a) for an input Tensor(a): a view (see the schema's alias
+// annotations). Out= and in-place results are Tensor(a!), writes, and fine.
+bool returnsView(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& result : schema.returns()) {
+    const c10::AliasInfo* alias = result.alias_info();
+    if (alias != nullptr && !alias->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool takesGenerator(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    c10::TypePtr type = argument.type();
+    if (const auto optional = type->cast<c10::OptionalType>()) {
+      type = optional->getElementType();
+    }
+    if (type->kind() == c10::TypeKind::GeneratorType) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void refuse(const c10::OperatorHandle& op, const char* reason) {
+  TORCH_CHECK(false, "ember: ", op.operator_name(), " has no ember kernel and ",
+              "cannot fall back to the CPU because ", reason);
+}
+
+void checkBlocklist(const c10::OperatorHandle& op,
+                    c10::ArrayRef<c10::IValue> /*arguments*/) {
+  const c10::OperatorName& name = op.operator_name();
+  const std::string full = c10::toString(name);
+  for (const BlockedOperator& blocked : kBlockedOperators) {
+    if (full == blocked.name || name.name == blocked.name) {
+      refuse(op, blocked.reason);
+    }
+  }
+  if (returnsView(op.schema())) {
+    refuse(op, "it returns a view of its input, and a CPU copy cannot share "
+               "the ember tensor's memory: writes through the result would "
+               "be lost");
+  }
+  if (takesGenerator(op.schema())) {
+    refuse(op, kDrawsRandom);
+  }
+}
+
+static const RegisterFallbackCheck register_blocklist(&checkBlocklist);
+
+} // namespace ember
+// ember-book: end fallback_blocklist
+
+// ember-book: begin fallback_one_device
+namespace ember {
+
+// cpu_fallback puts every result on the device of the first tensor argument,
+// whatever the others are on. Operators without a device check of their own
+// (mm, cat, where, ...) would silently combine two ember devices. CPU tensors
+// may still come along (0-dim scalars, index tensors), as with CUDA.
+void checkOneEmberDevice(const c10::OperatorHandle& op,
+                         c10::ArrayRef<c10::IValue> arguments) {
+  std::optional<c10::Device> first;
+  const auto visit = [&](const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.is_privateuseone()) {
+      return;
+    }
+    if (!first.has_value()) {
+      first = tensor.device();
+      return;
+    }
+    TORCH_CHECK(tensor.device() == *first, "ember: ", op.operator_name(),
+                " got tensors on two ember devices, ", *first, " and ",
+                tensor.device(), "; the CPU fallback would return the result "
+                "on ", *first, " alone. Move the tensors to one device first.");
+  };
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor()) {
+      visit(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorVector()) {
+        visit(tensor);
+      }
+    } else if (value.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& tensor :
+           value.toOptionalTensorVector()) {
+        if (tensor.has_value()) {
+          visit(*tensor);
+        }
+      }
+    }
+  }
+}
+
+static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
+
+} // namespace ember
+// ember-book: end fallback_one_device
+
+// ember-book: begin fallback_allclose
+// allclose's default kernel (CompositeExplicitAutograd) is a dozen operators
+// (isclose's arithmetic, then all, then item), each of which would fall back
+// on its own. Registered as allclose's PrivateUse1 kernel, the same fallback
+// takes precedence over that default and runs allclose as one CPU call.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("allclose",
+         torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
+}
+// ember-book: end fallback_allclose
