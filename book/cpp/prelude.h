@@ -36,3 +36,6 @@
 // Hooks and observers used by later chapters and by the book's trace probe.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/record_function.h>
+
+// Chapter 02: copy_ rules (no internal or partial overlap) for _copy_from.
+#include <ATen/MemoryOverlap.h>
