@@ -14,6 +14,8 @@ from __future__ import annotations
 from book.builder import Build, build, loaded
 from book.cells import SESSION, chapter_stem, register_magic
 from book.compile_errors import BackendInUseError, CppBuildError
+from book.device_module import register_device_module
+from book.isolated import run_isolated
 
 __all__ = [
     "BackendInUseError",
@@ -21,11 +23,19 @@ __all__ = [
     "CppBuildError",
     "build",
     "loaded",
+    "register_device_module",
+    "run_isolated",
     "start_chapter",
 ]
 
 
 def start_chapter(number: int) -> None:
-    """Make this kernel chapter `number`: register %%cpp, forget staged parts."""
+    """Make this kernel chapter `number`: register %%cpp, forget staged parts.
+
+    Chapter 01 ends with the Python device module registered, so every later
+    chapter starts from there.
+    """
     SESSION.start(chapter_stem(number))
     register_magic()
+    if number >= 2:
+        register_device_module()

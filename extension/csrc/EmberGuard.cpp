@@ -8,6 +8,10 @@
 // ember-book: begin device_guard
 namespace ember {
 
+// PyTorch looks this up with c10::impl::getDeviceGuardImpl(PrivateUse1)
+// whenever it reads or switches the current ember device: every
+// c10::DeviceGuard, the storage constructor, later our kernels. The current
+// device itself lives in the driver, per host thread, as in CUDA.
 struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
 
@@ -32,6 +36,8 @@ struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     EMBER_CHECK(emSetDevice(device.index()));
   }
 
+  // Guards are constructed around many calls: skip the driver call when the
+  // device is already current.
   c10::Device exchangeDevice(c10::Device device) const override {
     const c10::Device previous = getDevice();
     if (previous != device) {

@@ -1,0 +1,125 @@
+"""`book.run_isolated(code)`: run code that may crash in a fresh Python process.
+
+Some lessons need a crash: host code touching device memory is a SIGSEGV, and
+so is a storage created with no allocator registered. A crash in the reader's
+kernel would take the whole notebook down, so such code runs in a child
+process that starts in the reader's state: the same ember driver file and the
+same chapter build loaded (never recompiled), and the device module registered
+if the reader registered it. What comes back is the child's output and how it
+ended, both deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from book import builder, device_module, toolchain
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+
+# The child's first lines. The user's code runs last, compiled as "<isolated>"
+# so that tracebacks name its own line numbers.
+_PRELUDE = """\
+import ctypes, os, pathlib, sys
+import torch
+
+# The reader's driver, loaded globally so the build resolves its em* symbols
+# against this copy, exactly as in the reader's process.
+driver = ctypes.CDLL({driver!r}, mode=os.RTLD_GLOBAL)
+driver.emMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+driver.emFree.argtypes = [ctypes.c_void_p]
+driver.emMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+driver.emGetErrorString.restype = ctypes.c_char_p
+if {build!r}:
+    torch.ops.load_library({build!r})
+if {register!r}:
+    import book.toolchain
+    # Use the parent's driver file as is: the child never builds anything.
+    book.toolchain.driver_library = lambda: pathlib.Path({driver!r})
+    from book.device_module import register_device_module
+    register_device_module()
+exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
+     "ctypes": ctypes, "driver": driver}})
+"""
+
+
+@dataclass(frozen=True)
+class IsolatedResult:
+    """How a child process ended, and what it printed."""
+
+    returncode: int | None  # None: it was stopped after the timeout
+    stdout: str
+    stderr: str
+
+    @property
+    def signal(self) -> str | None:
+        """The name of the signal that killed the child, e.g. "SIGSEGV"."""
+        if self.returncode is None or self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def ended(self) -> str:
+        if self.returncode is None:
+            return "stopped: it did not finish in time"
+        if self.signal is not None:
+            return f"killed by {self.signal}"
+        return f"exited with code {self.returncode}"
+
+    def __str__(self) -> str:
+        text = self.stdout + self.stderr
+        if text and not text.endswith("\n"):
+            text += "\n"
+        return f"{text}[child process {self.ended}]"
+
+    def _repr_pretty_(self, printer: object, cycle: bool) -> None:
+        printer.text(str(self))  # type: ignore[attr-defined]
+
+
+def run_isolated(code: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> IsolatedResult:
+    """Run `code` in a fresh Python process that has the current ember build loaded.
+
+    The code sees `torch`, `ctypes` and `driver` (the ember driver as a
+    ctypes library, with argtypes set for emMalloc, emFree and emMemcpy).
+    """
+    build = builder.loaded()
+    backend = torch._C._get_privateuse1_backend_name()
+    script = _PRELUDE.format(
+        driver=str(toolchain.driver_library()),
+        build=str(build.library) if build is not None else "",
+        register=getattr(torch, backend, None) is device_module,
+        code=code,
+    )
+    environment = dict(os.environ, PYTHONUNBUFFERED="1")
+    environment.pop("PYTHONFAULTHANDLER", None)  # its report holds addresses and thread ids
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=timeout,
+            env=environment,
+        )
+    except subprocess.TimeoutExpired as stopped:
+        return IsolatedResult(None, _text(stopped.stdout), _text(stopped.stderr))
+    return IsolatedResult(child.returncode, child.stdout, child.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""

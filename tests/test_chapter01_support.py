@@ -1,0 +1,136 @@
+"""Chapter 01's helpers: `book.run_isolated` and the Python device module `book.device_module`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import book
+from book import builder, device_module, sync, toolchain
+from book.cells import CppPart
+
+CHAPTER = "01_allocator"
+PARTS = ("ember_check", "device_guard", "allocator")
+
+
+@pytest.fixture(scope="module")
+def chapter01() -> builder.Build:
+    """Chapter 01's backend (guard and allocator), loaded, with the device module registered."""
+    regions = sync.extension_regions()
+    built = builder.build(
+        parts=[CppPart(CHAPTER, name, regions[name].text) for name in PARTS], chapter=CHAPTER
+    )
+    book.register_device_module()
+    return built
+
+
+# -- run_isolated ----------------------------------------------------------------------------
+
+
+def test_a_normal_run_returns_its_stdout_and_exit_code_0(chapter01: builder.Build) -> None:
+    result = book.run_isolated("print('hello from the child')")
+    assert result.returncode == 0
+    assert result.ok and result.signal is None
+    assert result.stdout == "hello from the child\n"
+    assert result.ended == "exited with code 0"
+
+
+def test_an_exception_is_a_nonzero_exit_with_its_traceback(chapter01: builder.Build) -> None:
+    result = book.run_isolated("raise ValueError('nope')")
+    assert result.returncode == 1
+    assert 'File "<isolated>", line 1' in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: nope")
+
+
+def test_a_host_read_of_device_memory_is_reported_as_sigsegv(chapter01: builder.Build) -> None:
+    result = book.run_isolated(
+        "buffer = ctypes.c_void_p()\n"
+        "assert driver.emMalloc(ctypes.byref(buffer), 16) == 0\n"
+        "print('allocated')\n"
+        "ctypes.string_at(buffer, 16)\n"
+        "print('not reached')\n"
+    )
+    assert result.signal == "SIGSEGV"
+    assert result.returncode == -11
+    assert result.stdout == "allocated\n"
+    assert str(result).endswith("[child process killed by SIGSEGV]")
+
+
+def test_the_child_uses_the_loaded_build_and_compiles_nothing(
+    chapter01: builder.Build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A child that compiled anything (the driver, the prelude, a chapter build) would write
+    # into its cache directory: point it at an empty one.
+    monkeypatch.setenv("EMBER_BOOK_CACHE", str(tmp_path))
+    result = book.run_isolated(
+        "import sys\n"
+        f"print({str(chapter01.library)!r} in open('/proc/self/maps').read())\n"
+        "storage = torch.UntypedStorage(24, device='privateuseone:1')\n"
+        "print(storage.device, torch.privateuseone.memory_allocated(1))\n"
+        "print(sys.modules['book.builder'].loaded())\n"
+    )
+    assert result.ok, result.stderr
+    assert result.stdout.splitlines() == ["True", "privateuseone:1 24", "None"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_timeout_stops_the_child(chapter01: builder.Build) -> None:
+    result = book.run_isolated("import time\nprint('started')\ntime.sleep(60)", timeout=5)
+    assert result.returncode is None
+    assert result.ended == "stopped: it did not finish in time"
+
+
+# -- the device module -----------------------------------------------------------------------
+
+
+def test_registration_is_idempotent(chapter01: builder.Build) -> None:
+    book.register_device_module()
+    book.register_device_module()
+    assert torch.privateuseone is device_module
+
+
+def test_memory_allocated_follows_the_driver(chapter01: builder.Build) -> None:
+    before = toolchain.driver_stats(0).bytes_in_use
+    assert torch.privateuseone.memory_allocated() == before
+    storage = torch.UntypedStorage(48, device="privateuseone:0")
+    assert torch.privateuseone.memory_allocated() == toolchain.driver_stats(0).bytes_in_use == before + 48
+    assert torch.privateuseone.memory_allocated("privateuseone:0") == before + 48
+    assert torch.privateuseone.max_memory_allocated(0) >= before + 48
+    del storage
+    assert torch.privateuseone.memory_allocated() == before == 0
+
+
+def test_devices_and_the_device_context_manager(chapter01: builder.Build) -> None:
+    assert torch.privateuseone.is_available()
+    assert torch.privateuseone.device_count() == 2
+    assert torch.privateuseone.current_device() == 0
+    with torch.privateuseone.device(1):
+        assert torch.privateuseone.current_device() == 1
+        storage = torch.UntypedStorage(8, device="privateuseone")
+        assert storage.device == torch.device("privateuseone:1")
+        del storage
+    assert torch.privateuseone.current_device() == 0
+    torch.privateuseone.set_device("privateuseone:1")
+    assert torch.privateuseone.current_device() == 1
+    torch.privateuseone.set_device(0)
+    assert torch.privateuseone.current_device() == 0
+
+
+def test_a_bad_index_fails_like_the_device_guard(chapter01: builder.Build) -> None:
+    message = "ember: device index 7 is out of range: there are 2 ember devices (0..1)"
+    with pytest.raises(RuntimeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        torch.privateuseone.set_device(7)
+    with pytest.raises(RuntimeError, match=r"device index 7 is out of range"):
+        torch.UntypedStorage(8, device="privateuseone:7")
+    with pytest.raises(ValueError, match="expected a privateuseone device, got cpu"):
+        torch.privateuseone.memory_allocated("cpu")
+
+
+def test_manual_seed_does_not_warn_about_the_device(chapter01: builder.Build) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.manual_seed(0)
