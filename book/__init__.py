@@ -16,6 +16,7 @@ from book.cells import SESSION, chapter_stem, register_magic
 from book.compile_errors import BackendInUseError, CppBuildError
 from book.device_module import register_device_module
 from book.isolated import run_isolated
+from book.widgets import show_table, snapshot, trace
 
 __all__ = [
     "BackendInUseError",
@@ -25,7 +26,10 @@ __all__ = [
     "loaded",
     "register_device_module",
     "run_isolated",
+    "show_table",
+    "snapshot",
     "start_chapter",
+    "trace",
 ]
 
 

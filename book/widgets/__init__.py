@@ -1,0 +1,42 @@
+"""The book's two widgets, both read from the live dispatcher, never scripted.
+
+* ``show_table(ops, keys=None, since=None)``: the dispatch table, what the
+  dispatcher holds for some operators at some dispatch keys (``snapshot(ops)``
+  records it, ``since=`` shows only what changed after). Data: `table.entry`.
+* ``trace(fn)``: runs fn and shows each operator call, the keys it was
+  dispatched through, the kernel that ran, and the ember device's mallocs,
+  frees, copies and launches. Data: the returned `trace.Trace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from book.widgets.dispatch_trace import Trace, trace
+from book.widgets.table import Entry, Snapshot, entry, snapshot
+from book.widgets.table_view import DispatchTable
+
+__all__ = ["DispatchTable", "Entry", "Snapshot", "Trace", "entry", "show_table", "snapshot", "trace"]
+
+
+def show_table(
+    ops: str | Iterable[str], keys: Iterable[str] | None = None, since: Snapshot | None = None
+) -> None:
+    """Display the dispatch table of `ops` (names or glob patterns like "aten::empty*").
+
+    Columns are `keys` (default: `table.DEFAULT_KEYS`). With ``since=`` a
+    `snapshot`, only the cells that changed since then are filled in. In a
+    live notebook, controls let you pick other operators and keys. Outside
+    IPython the text grid is printed.
+    """
+    table = DispatchTable(ops, keys, since)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        print(table.text())
+        return
+    if get_ipython() is None:
+        print(table.text())
+        return
+    display(table)

@@ -1,0 +1,356 @@
+"""The widgets read the live dispatcher and the driver: check them against known registrations and paths."""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import book
+from book import builder
+from book.cells import CppPart
+from book.widgets import dispatch_trace as tr
+from book.widgets import table as t
+from book.widgets.table_view import DispatchTable
+
+CHAPTER = "03_fallback"
+EMBER = "privateuseone"
+
+# A minimal empty.memory_format (no argument checks: that is chapter 02's job).
+EMPTY = CppPart(
+    CHAPTER,
+    "test_empty",
+    """namespace ember {
+at::Tensor testEmpty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                     std::optional<c10::Layout>, std::optional<c10::Device> device,
+                     std::optional<bool>, std::optional<c10::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_generic(
+      size, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype), memory_format);
+}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(testEmpty));
+}
+} // namespace ember
+""",
+)
+
+# Enough to move contiguous tensors on and off the device: empty_strided and _copy_from.
+COPY = CppPart(
+    CHAPTER,
+    "test_copy",
+    """namespace ember {
+at::Tensor testEmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                            std::optional<c10::ScalarType> dtype, std::optional<c10::Layout>,
+                            std::optional<c10::Device> device, std::optional<bool>) {
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_strided_generic(
+      size, stride, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
+}
+at::Tensor testCopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
+  TORCH_CHECK(self.is_contiguous() && dst.is_contiguous() && self.nbytes() == dst.nbytes() &&
+                  self.dtype() == dst.dtype(),
+              "ember (test copy): contiguous tensors of one size and dtype only");
+  const emMemcpyKind kind = self.is_cpu() ? emMemcpyHostToDevice
+      : dst.is_cpu()                      ? emMemcpyDeviceToHost
+                                          : emMemcpyDeviceToDevice;
+  EMBER_CHECK(emMemcpy(dst.data_ptr(), self.const_data_ptr(), self.nbytes(), kind));
+  return dst;
+}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty_strided", TORCH_FN(testEmptyStrided));
+  m.impl("_copy_from", TORCH_FN(testCopyFrom));
+}
+} // namespace ember
+""",
+)
+
+# Test-only fallback: an in-place op returns its first argument untouched; anything else fails.
+FALLBACK = CppPart(
+    CHAPTER,
+    "test_fallback",
+    """namespace ember {
+void testFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  TORCH_CHECK(schema.is_mutable() && schema.returns().size() == 1,
+              "ember (test fallback): ", schema.operator_name(), " is not in-place");
+  const size_t num_arguments = schema.arguments().size();
+  c10::IValue self = (*stack)[stack->size() - num_arguments];
+  torch::jit::drop(*stack, num_arguments);
+  stack->push_back(std::move(self));
+}
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&testFallback>());
+}
+} // namespace ember
+""",
+)
+
+TABLE_OPS = ["aten::empty.memory_format", "aten::_local_scalar_dense", "aten::add.Tensor"]
+TABLE_KEYS = ["PrivateUse1", "AutogradPrivateUse1", "CPU"]
+
+
+@pytest.fixture(scope="module")
+def before_ember(chapter01_parts: list[CppPart]) -> t.Snapshot:
+    """Chapter 01's backend (allocator and guard, no operator kernels) and a snapshot of it."""
+    gc.collect()
+    builder.build(chapter01_parts, chapter="01_allocator")
+    return book.snapshot(TABLE_OPS)
+
+
+@pytest.fixture(scope="module")
+def ember(before_ember: t.Snapshot, chapter01_parts: list[CppPart]) -> Iterator[builder.Build]:
+    """Chapter 01 plus the test kernel and fallback."""
+    book.register_device_module()
+    yield builder.build(chapter01_parts + [EMPTY, COPY, FALLBACK], chapter=CHAPTER)
+    gc.collect()
+
+
+# ---- the table, on plain torch ----------------------------------------------------------
+
+
+def test_table_entries_on_plain_torch() -> None:
+    add = t.entry("aten::add.Tensor", "CPU")
+    assert add.kind == t.KERNEL
+    assert add.location is not None and re.fullmatch(
+        r"build/aten/src/ATen/RegisterCPU_\d+\.cpp:\d+", add.location
+    )
+    linear = t.entry("aten::linear", "CPU")
+    assert (linear.kind, linear.alias) == (t.ALIAS, t.CIA)
+    assert t.entry("aten::add.Tensor", "AutogradCPU").alias == "Autograd"
+    assert t.entry("aten::add.Tensor", "PrivateUse1").alias == t.CEA_NF
+    assert t.entry("aten::empty_like", "CPU").alias == t.CEA
+    assert t.entry("aten::add.Tensor", "ADInplaceOrView").kind == t.FALLTHROUGH
+    assert t.entry("aten::add.Tensor", "AutocastPrivateUse1").kind == t.NOTHING
+    # A kernel registered from Python, with a machine-independent location.
+    assert t.entry("aten::add.Tensor", "Meta").location == "torch/_meta_registrations.py:54"
+
+
+def test_empty_has_nothing_for_privateuse1_before_an_ember_kernel(before_ember: t.Snapshot) -> None:
+    assert t.entry("aten::empty.memory_format", "PrivateUse1") == t.NONE_ENTRY
+    assert before_ember.entry("aten::empty.memory_format", "PrivateUse1").kind == t.NOTHING
+
+
+def test_globs_expand_sorted_and_unknown_names_fail() -> None:
+    ops = t.expand(["aten::empty*", "aten::add.Tensor"])
+    empties = [op for op in ops if op != "aten::add.Tensor"]
+    assert "aten::empty.memory_format" in empties and empties == sorted(empties)
+    assert ops[-1] == "aten::add.Tensor"
+    with pytest.raises(ValueError, match="not an operator"):
+        t.expand(["aten::no_such_op"])
+    with pytest.raises(ValueError, match="alias key"):
+        t.check_keys(["CompositeImplicitAutograd"])
+
+
+def test_locations_are_normalized() -> None:
+    assert t.normalize_location("registered at /__w/pytorch/pytorch/aten/src/X.cpp:3") == "aten/src/X.cpp:3"
+    assert (
+        t.normalize_location("registered at /opt/py/lib/python3.11/site-packages/torch/a.py:5")
+        == "torch/a.py:5"
+    )
+    assert (
+        t.normalize_location("registered at 02_minimal_ops.ipynb[empty]:12")
+        == "02_minimal_ops.ipynb[empty]:12"
+    )
+    assert (
+        t.normalize_location("registered at /x/y/extension/csrc/aten/F.cpp:9")
+        == "extension/csrc/aten/F.cpp:9"
+    )
+
+
+# ---- the table, after an ember build ----------------------------------------------------
+
+
+def test_table_shows_the_books_kernel_and_fallback(ember: builder.Build) -> None:
+    empty = t.entry("aten::empty.memory_format", "PrivateUse1")
+    assert empty.kind == t.KERNEL and empty.ours
+    assert re.fullmatch(r"03_fallback\.ipynb\[test_empty\]:\d+", empty.location or "")
+    fallback = t.entry("aten::_local_scalar_dense", "PrivateUse1")
+    assert fallback.kind == t.FALLBACK and fallback.ours
+    assert (fallback.location or "").startswith("03_fallback.ipynb[test_fallback]:")
+    # A composite kernel still wins over the backend fallback.
+    assert t.entry("aten::add.Tensor", "PrivateUse1").alias == t.CEA_NF
+
+
+def test_since_shows_exactly_the_changed_cells(before_ember: t.Snapshot, ember: builder.Build) -> None:
+    data = t.table_data(TABLE_OPS, TABLE_KEYS, since=before_ember)
+    changed = {(c.op, c.key): c.change for c in data.changed()}
+    assert changed == {
+        ("aten::empty.memory_format", "PrivateUse1"): t.ADDED,
+        ("aten::_local_scalar_dense", "PrivateUse1"): t.ADDED,
+    }
+    text = DispatchTable(TABLE_OPS, TABLE_KEYS, since=before_ember).text()
+    assert "+kernel ★" in text and "+fallback ★" in text
+    assert re.search(
+        r"aten::empty\.memory_format @ PrivateUse1\s+kernel\s+03_fallback\.ipynb\[test_empty\]:\d+", text
+    )
+
+
+def test_table_renders_deterministic_html_and_text(ember: builder.Build) -> None:
+    first, second = DispatchTable(TABLE_OPS, TABLE_KEYS), DispatchTable(TABLE_OPS, TABLE_KEYS)
+    bundle = first._repr_mimebundle_()
+    assert bundle == second._repr_mimebundle_()  # outside a live kernel: no widget view
+    assert set(bundle) == {"text/plain", "text/html"}
+    html = bundle["text/html"]
+    assert html.startswith('<div class="ember-dispatch-table"><style>')
+    assert "<script" not in html
+    assert html.count('<td class="ember-cell') == len(TABLE_OPS) * len(TABLE_KEYS)
+    assert "ember-kernel ember-ours" in html and "ember-fallback ember-ours" in html
+    assert 'title="kernel registered at build/aten/src/ATen/RegisterCPU_' in html
+    lines = bundle["text/plain"].splitlines()
+    assert lines[1].split(" │ ") == [
+        "operator".ljust(len("aten::empty.memory_format")),
+        *TABLE_KEYS[:-1],
+        "CPU",
+    ]
+    assert not re.search(r"0x[0-9a-f]{6,}|/__w/|site-packages", bundle["text/plain"] + html)
+
+
+# ---- the trace ----------------------------------------------------------------------------
+
+
+def test_trace_of_add_on_cpu_goes_through_autograd_to_the_cpu_kernel() -> None:
+    a, b = torch.ones(3), torch.ones(3)
+    trace = book.trace(lambda: torch.add(a, b))
+    (call,) = trace.calls
+    assert call.name == "aten::add.Tensor"
+    assert call.keys[0] == "AutogradCPU" and "CPU" in call.keys
+    assert call.passed == ["AutogradCPU"]
+    assert [s.key for s in call.path if s.action == tr.SKIPPED] == ["ADInplaceOrView", "BackendSelect"]
+    assert call.final is not None and call.final.key == "CPU"
+    assert call.kernel == tr.CPU_KERNEL
+    assert call.children == []
+
+
+def test_trace_nests_a_composite_decomposition() -> None:
+    x, w = torch.ones(2, 3), torch.ones(4, 3)
+    trace = book.trace(lambda: torch.nn.functional.linear(x, w))
+    (linear,) = trace.calls
+    assert linear.name == "aten::linear"
+    assert linear.kernel == tr.COMPOSITE_IMPLICIT and linear.final is not None
+    assert linear.final.key == "AutogradCPU"  # CompositeImplicitAutograd runs above autograd
+    assert [c.name for c in linear.calls] == ["aten::t", "aten::matmul"]
+    (mm,) = trace.find("aten::mm")
+    assert mm.kernel == tr.CPU_KERNEL
+    # Inside the autograd kernel of mm, autograd is excluded: the nested calls have no autograd key.
+    assert all(not k.startswith("Autograd") for c in mm.calls for k in c.keys)
+
+
+def test_trace_in_inference_mode_has_no_autograd_keys() -> None:
+    a = torch.ones(2)
+    with torch.inference_mode():
+        trace = book.trace(lambda: torch.mul(a, a))
+    (call,) = trace.calls
+    assert not any(k.startswith("Autograd") for k in call.keys)
+    assert call.kernel == tr.CPU_KERNEL and call.passed == []
+
+
+def test_trace_of_an_ember_tensor_shows_malloc_and_free(ember: builder.Build) -> None:
+    def make_and_drop() -> None:
+        x = torch.empty(4, device=EMBER)
+        del x
+
+    trace = book.trace(make_and_drop)
+    (empty,) = trace.calls
+    assert empty.name == "aten::empty.memory_format"
+    assert [s.key for s in empty.path] == ["BackendSelect", "PrivateUse1"]
+    assert empty.kernel == tr.EMBER_KERNEL
+    assert [(e.kind, e.bytes, e.device) for e in empty.events] == [("malloc", 16, 0)]
+    top_events = [i for i in trace.items if isinstance(i, tr.DeviceEvent)]
+    assert [(e.kind, e.bytes) for e in top_events] == [("free", 16)]
+    assert [e.kind for e in trace.all_events()] == ["malloc", "free"]
+
+
+def test_trace_shows_the_backend_fallback(ember: builder.Build) -> None:
+    held = [torch.empty(2, device=EMBER)]
+    trace = book.trace(lambda: held[0].fill_(1.0))
+    held.clear()  # free the device memory before the next build
+    (fill,) = trace.calls
+    assert fill.name == "aten::fill_.Scalar"
+    assert fill.passed == ["AutogradPrivateUse1", "ADInplaceOrView"]
+    assert fill.kernel == tr.BACKEND_FALLBACK
+    assert fill.final is not None and fill.final.key == "PrivateUse1"
+    assert (fill.final.entry.location or "").startswith("03_fallback.ipynb[test_fallback]:")
+
+
+def test_trace_of_copies_shows_h2d_and_d2h(ember: builder.Build) -> None:
+    host = torch.arange(6, dtype=torch.float32)
+
+    def round_trip() -> None:
+        on_device = host.to(EMBER)
+        on_device.cpu()
+
+    trace = book.trace(round_trip)
+    (copy_from_h,) = [c for c in trace.find("aten::_copy_from") if c.events[0].direction == "H2D"]
+    assert copy_from_h.kernel == tr.EMBER_KERNEL
+    assert [(e.kind, e.direction, e.bytes, e.device) for e in copy_from_h.events] == [
+        ("memcpy", "H2D", 24, 0)
+    ]
+    assert [(e.kind, e.direction, e.bytes) for e in trace.all_events()] == [
+        ("malloc", None, 24),
+        ("memcpy", "H2D", 24),
+        ("memcpy", "D2H", 24),
+        ("free", None, 24),
+    ]
+    # _to_copy's BackendSelect kernel redispatches with the target device's key and the tensor's keys:
+    # both copies run at PrivateUse1, the higher of PrivateUse1 and CPU.
+    to_device, to_host = trace.find("aten::_to_copy")
+    for to_copy in (to_device, to_host):
+        assert to_copy.kernel == tr.COMPOSITE_EXPLICIT
+        assert [s.key for s in to_copy.path if s.action != tr.SKIPPED][-2:] == [
+            "BackendSelect",
+            "PrivateUse1",
+        ]
+    assert [(c.name, c.final.key if c.final else None) for c in to_host.calls] == [
+        ("aten::empty_strided", "CPU"),
+        ("aten::copy_", "PrivateUse1"),
+    ]
+
+
+def test_a_failing_function_raises_and_frees_the_probe(ember: builder.Build) -> None:
+    with pytest.raises(RuntimeError, match="not in-place"):  # the test fallback refuses out-of-place ops
+        book.trace(lambda: torch.empty(1, device=EMBER).item())
+    assert book.trace(lambda: None).items == []
+
+
+def test_trace_renders_deterministic_html_and_text(ember: builder.Build) -> None:
+    def work() -> None:
+        torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3))
+        x = torch.empty(4, device=EMBER)
+        del x
+
+    first, second = book.trace(work), book.trace(work)
+    assert first.text() == second.text()
+    assert first.html() == second.html()
+    html = first.html()
+    assert html.startswith('<div class="ember-trace"><style>') and "<script" not in html
+    rows = len(list(first.walk())) + len(first.all_events())
+    assert html.count('class="ember-trace-row') == rows
+    assert "ember-badge ember-k-ember" in html and "ember-event" in html
+    text = first.text()
+    assert "aten::linear  AutogradCPU  ⇒ CompositeImplicitAutograd" in text
+    assert re.search(
+        r"aten::empty\.memory_format  BackendSelect → PrivateUse1  ⇒ ember kernel  03_fallback", text
+    )
+    assert "▪ malloc 16 B on privateuseone:0" in text and "▪ free 16 B on privateuseone:0" in text
+    assert not re.search(r"0x[0-9a-f]{6,}|\d+\.\d+ ?(s|ms|us)\b|thread", text + html)
+
+
+def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> None:
+    from book.widgets import interactive
+
+    table = DispatchTable(["aten::add.Tensor"], ["CPU"])
+    box = interactive.controls(table)
+    parts = box.ember_controls
+    assert parts["output"].value == table.html()
+    parts["ops"].value = "aten::empty.memory_format, aten::_local_scalar_dense"
+    parts["keys"].value = ["PrivateUse1"]
+    assert parts["output"].value == DispatchTable(TABLE_OPS[:2], ["PrivateUse1"]).html()
+    parts["ops"].value = "aten::no_such_op"
+    assert "ember-error" in parts["output"].value and "not an operator" in parts["output"].value
