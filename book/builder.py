@@ -47,7 +47,7 @@ struct BookUnloadReset {
 """
 
 
-@dataclass
+@dataclass(repr=False)
 class Build:
     """A compiled chapter backend."""
 
@@ -59,6 +59,10 @@ class Build:
     compiled: bool = False  # False: it came from the build cache
     seconds: float = 0.0
     _handle: ctypes.CDLL | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        # Shown when a cell ends with book.build(): no hashes or paths (nbval compares it).
+        return f"<ember build for chapter {self.chapter[:2]}: {len(self.parts)} C++ parts>"
 
     @property
     def library(self) -> Path:
