@@ -417,3 +417,20 @@ def test_device_memory_returns_to_zero() -> None:
     gc.collect()
     assert builder.live_device_allocations() == (0, 0)
     assert toolchain.driver_stats(0).total_frees == frees + 2 * len(DTYPES) + 2  # resize_ freed one more
+
+
+# -- Rebuilding (last: it reloads the backend) --------------------------------------------
+
+
+def test_the_chapter_can_rebuild_in_one_process(chapter01_parts: list[CppPart]) -> None:
+    """The notebook rebuilds after each step. The dispatcher keeps the first C++ signature
+    registered for an operator even after that kernel is gone; kernels that took IntArrayRef
+    for a SymInt[] schema would leave it pointing into an unloaded library."""
+    regions = extension_regions()
+    chapter02 = [CppPart("02_minimal_ops", name, regions[name].text) for name in CHAPTER02_PARTS]
+    for count in (1, 5, len(chapter02)):  # empty; + copies, scalars, views; everything
+        builder.build(chapter01_parts + chapter02[:count], chapter="02_minimal_ops")
+        x = torch.empty(2, 3, device=EMBER)
+        assert x.device.type == EMBER
+        del x
+    assert_bit_exact(torch.arange(3.0).to(EMBER).view(3, 1).cpu(), torch.arange(3.0).view(3, 1))

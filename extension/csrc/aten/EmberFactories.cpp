@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -28,11 +29,16 @@ void checkFactoryArguments(const char* op, c10::IntArrayRef size,
   }
 }
 
+// Sizes arrive as SymInt[], the schema's type and the one ATen's own kernels
+// take, so the dispatcher sees one C++ signature per operator. Symbolic sizes
+// exist only while torch.compile traces; memory needs concrete ones, and
+// C10_AS_INTARRAYREF_SLOW throws for a symbolic size.
 at::Tensor empty_memory_format(
-    c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+    c10::SymIntArrayRef sym_size, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
+  const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
   checkFactoryArguments("aten::empty.memory_format", size, layout, pin_memory);
   // Allocate on the requested ember device ("privateuseone:1"); with no
   // index, on the current one. The guard restores the current device after.
@@ -56,9 +62,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 namespace ember {
 
 at::Tensor empty_strided(
-    c10::IntArrayRef size, c10::IntArrayRef stride,
+    c10::SymIntArrayRef sym_size, c10::SymIntArrayRef sym_stride,
     std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
     std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
+  const c10::IntArrayRef stride = C10_AS_INTARRAYREF_SLOW(sym_stride);
   checkFactoryArguments("aten::empty_strided", size, layout, pin_memory);
   const c10::DeviceGuard guard(c10::device_or_default(device));
   // The storage holds exactly the bytes the strides can reach.

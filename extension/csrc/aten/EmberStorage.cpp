@@ -5,6 +5,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Storage.h>
+#include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -49,8 +50,9 @@ void ensureStorageFits(c10::TensorImpl& self) {
   }
 }
 
-const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
                           std::optional<c10::MemoryFormat> memory_format) {
+  const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
   for (const int64_t dim : size) {
     TORCH_CHECK(dim >= 0, "ember: aten::resize_ got the negative size ", dim,
                 " in ", size, ": every dimension must be >= 0");
@@ -82,8 +84,12 @@ namespace ember {
 // t.set_(storage, offset, size, stride): point t at (part of) a storage. The
 // other overloads below reduce to this one.
 at::Tensor& set_storage_offset_(at::Tensor& self, c10::Storage source,
-                                int64_t storage_offset, c10::IntArrayRef size,
-                                c10::IntArrayRef stride) {
+                                c10::SymInt sym_storage_offset,
+                                c10::SymIntArrayRef sym_size,
+                                c10::SymIntArrayRef sym_stride) {
+  const int64_t storage_offset = sym_storage_offset.expect_int();
+  const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
+  const c10::IntArrayRef stride = C10_AS_INTARRAYREF_SLOW(sym_stride);
   // ATen's checks: lengths match, offset >= 0, same device, in bounds if
   // the shape is unchanged. Then it swaps the storage in.
   at::native::checkSetStorage(self, std::move(source), storage_offset, size,
