@@ -3,13 +3,15 @@
 Each aten operator call appears, nested as it happened, with
 
 * the dispatch key set the dispatcher computed for it: the union of its tensor
-  arguments' key sets, plus the thread-local included keys, minus the excluded
+  (and generator) arguments' key sets, plus the thread-local included keys, minus the excluded
   ones (what ``c10::impl::computeDispatchKeySet`` does), recorded in C++ by the
   probe (book/cpp/trace_probe.cpp) through an ``at::RecordFunction`` callback;
 * its path through the operator's dispatch table, read from the live
   dispatcher (``torch._C._dispatch_dump_table``): keys whose entry is a
   fallthrough are skipped, wrapper kernels that redispatch to the keys below
-  them (autograd, ADInplaceOrView, BackendSelect) are passed through, and the
+  them (autograd, ADInplaceOrView) are passed through, a BackendSelect kernel
+  hands over to the key set it computes from the call's dtype/layout/device
+  (and tensor) arguments (the probe computes it the same way), and the
   first other entry is the kernel that ran: an ember kernel, a backend fallback
   (e.g. ember's CPU fallback), a composite decomposition, a CPU kernel;
 * the device allocations, frees, copies and kernel launches the ember driver
@@ -27,9 +29,12 @@ What this can and cannot see:
   ``aten::is_leaf``, ... see ``c10::ObservedOperators``), and only the calling
   thread is recorded.
 * PyTorch's own ``TORCH_SHOW_DISPATCH_TRACE=1`` prints nothing on the 2.13.0
-  release wheel: the dispatch trace is compiled only into debug builds
-  (``HAS_TORCH_SHOW_DISPATCH_TRACE``). This trace is built from RecordFunction,
-  the dispatch table and the driver's events instead.
+  release wheel: Dispatcher.h compiles its trace points only under
+  ``#if defined(HAS_TORCH_SHOW_DISPATCH_TRACE) || !defined(NDEBUG)``, and the
+  wheel is built with NDEBUG and without that macro. This trace is built from
+  RecordFunction, the dispatch table and the driver's events instead.
+* While it records, the probe owns the ember driver's one event callback
+  (``emSetEventCallback``).
 """
 
 from __future__ import annotations
@@ -245,6 +250,8 @@ def build(records: list[dict[str, Any]], device_type: str | None = None) -> Trac
     for record in records:
         kind = record["k"]
         if kind == "call":
+            if record["depth"] != len(stack):
+                raise RuntimeError(f"book.trace: the probe's records do not nest at {record['name']}")
             name = record["name"] + (f".{record['overload']}" if record["overload"] else "")
             if name not in tables:
                 tables[name] = t.parse_table(name)
