@@ -11,6 +11,10 @@ Loaded by ``_config.yml`` (``sphinx: local_extensions``). Two jobs:
   myst-nb would still add to a page whose notebook carries widget state: the state itself and any
   script loaded from the network (require.js, @jupyter-widgets/html-manager). Pages load nothing
   from outside, and :func:`dedupe_scripts` keeps their console free of errors.
+* myst-nb keeps every mime type of an output in the doctree until the writer picks one, so an
+  ``IPython.display.Code`` output (text/html *and* text/latex) counts as an equation and Sphinx adds
+  MathJax from a CDN to the page and to every page whose toctree includes it.
+  :func:`forget_unshown_math` counts only the math the page will actually show.
 """
 
 from __future__ import annotations
@@ -139,8 +143,39 @@ def dedupe_scripts(
     scripts[:] = unique  # the builder restores its own list after each page
 
 
+def _shown_mime(bundle: nodes.Element, priority: list[str]) -> str | None:
+    """The mime type myst-nb's SelectMimeType will keep from this output, as it decides."""
+    available = [child.get("mime_type") for child in bundle.children]
+    return next((mime for mime in priority if mime in available), None)
+
+
+def forget_unshown_math(app: Sphinx, doctree: nodes.document) -> None:
+    """A page has equations only if a math node survives the builder's choice of mime type."""
+    docname = app.env.docname
+    domain = app.env.get_domain("math")
+    has_equations: dict[str, bool] = domain.data["has_equations"]
+    if not has_equations.get(docname) or app.builder is None:
+        return
+    from myst_nb.core.render import get_mime_priority
+
+    priority = get_mime_priority(app.builder.name, app.config.nb_mime_priority_overrides)
+
+    def shown(node: nodes.Node) -> bool:
+        child, parent = node, node.parent
+        while parent is not None:
+            in_bundle = isinstance(parent, nodes.Element) and parent.get("nb_element") == "mime_bundle"
+            if in_bundle and child.get("mime_type") != _shown_mime(parent, priority):
+                return False
+            child, parent = parent, parent.parent
+        return True
+
+    math_nodes = doctree.findall(lambda n: isinstance(n, (nodes.math, nodes.math_block)))
+    has_equations[docname] = any(shown(node) for node in math_nodes)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_post_transform(CppCells)
     app.connect("doctree-read", drop_remote_scripts)
+    app.connect("doctree-read", forget_unshown_math)
     app.connect("html-page-context", dedupe_scripts, priority=900)  # after every extension added its own
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
