@@ -31,7 +31,12 @@ from book.progress import Status
 # -fno-gnu-unique: without it GCC marks some template statics STB_GNU_UNIQUE,
 # which makes the library impossible to dlclose, so a second build in the same
 # kernel would register its kernels on top of the first one's.
-EXTRA_CFLAGS = ["-fno-gnu-unique", "-Winvalid-pch"]
+#
+# -DNDEBUG: the release libtorch is built with it, and some header classes
+# change layout without it (at::RecordFunction grows a debug-only member), so a
+# build without it would disagree with libtorch about those types. setuptools
+# builds of the finished extension get it from Python's CFLAGS too.
+EXTRA_CFLAGS = ["-fno-gnu-unique", "-Winvalid-pch", "-DNDEBUG"]
 DRIVER_SOURCES = ["runtime/ember_driver.cpp"]
 
 

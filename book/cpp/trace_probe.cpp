@@ -21,11 +21,11 @@
 // Device events come from the ember driver's event callback (emSetEventCallback),
 // which the probe owns while it records.
 //
-// Built with -DNDEBUG, like libtorch itself, and therefore without the
-// chapters' precompiled prelude (a PCH is only valid for the same macros):
-// at::RecordFunction has a member that exists only when NDEBUG is undefined,
-// and its inline inputs() asserts on it. Compiled without NDEBUG against a
-// release libtorch, which never sets that member, every inputs() call fails.
+// Compiled like a chapter build (with -DNDEBUG, as libtorch is: without it
+// at::RecordFunction has a debug-only member and disagrees with libtorch about
+// its layout), so it reuses the chapters' precompiled prelude.
+#include "prelude.h"
+
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

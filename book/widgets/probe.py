@@ -1,9 +1,8 @@
 """Compile, load and drive the trace probe (book/cpp/trace_probe.cpp).
 
 The probe is a small C++ library, built once per machine with the book's
-toolchain (the chapters' compiler and flags plus -DNDEBUG, linked against the
-same ember driver library) into ``cache_dir()/probe/<hash>``. It cannot use the
-chapters' precompiled prelude: see the note on NDEBUG in trace_probe.cpp. It is loaded for
+toolchain (the chapters' compiler, flags and precompiled prelude, linked against
+the same ember driver library) into ``cache_dir()/probe/<hash>``. It is loaded for
 the life of the process and never unloaded: its RecordFunction callback and its
 driver event callback must outlive any recording. Python reaches it through
 ctypes, not pybind: three ``extern "C"`` functions.
@@ -26,8 +25,6 @@ from book.paths import BOOK_CPP, CSRC, cache_dir
 from book.progress import Status
 
 SOURCE = BOOK_CPP / "trace_probe.cpp"
-# libtorch is built with NDEBUG, and at::RecordFunction's layout depends on it.
-PROBE_CFLAGS = ["-DNDEBUG"]
 
 
 def library_path() -> Path:
@@ -36,7 +33,7 @@ def library_path() -> Path:
     key = toolchain._digest(
         toolchain.toolchain_key(),
         SOURCE.read_text(),
-        *PROBE_CFLAGS,
+        toolchain.prelude_text(),
         (CSRC / "runtime" / "ember_driver.h").read_text(),
         str(driver),
     )
@@ -51,6 +48,7 @@ def library() -> ctypes.CDLL:
         torch.ops.load_library(str(path))
     else:
         driver = toolchain.driver_library()
+        prelude = toolchain.prelude_dir()
         path.parent.mkdir(parents=True, exist_ok=True)
         with Status("compiling the trace probe (once per machine)") as status:
             load_inline(
@@ -59,8 +57,8 @@ def library() -> ctypes.CDLL:
                 build_directory=str(path.parent),
                 is_python_module=False,
                 no_implicit_headers=True,
-                extra_include_paths=[str(CSRC)],
-                extra_cflags=[*PROBE_CFLAGS, *toolchain.EXTRA_CFLAGS],
+                extra_include_paths=[str(prelude), str(CSRC)],
+                extra_cflags=toolchain.EXTRA_CFLAGS,
                 extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"],
             )
             status.finish(f"✔ compiled the trace probe in {status.elapsed:.1f} s", show_in_batch=False)
