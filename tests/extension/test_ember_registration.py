@@ -27,6 +27,10 @@ CUDA_NAMES = [
 ]
 
 
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
 def out_of_range(index: int) -> str:
     """The device guard's message for a bad ember device index (EmberGuard.cpp)."""
     return rf"ember: device index {index} is out of range: there are 2 ember devices \(0\.\.1\)"
@@ -126,9 +130,30 @@ def test_import_in_a_fresh_process() -> None:
         "x = torch.arange(4.0).to('ember')\n"
         "print(x.device, x.is_ember, x.cpu().tolist())\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ember:0 True [0.0, 1.0, 2.0, 3.0]"
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        # Another library's PrivateUse1 kernel (what a chapter build of the book registers).
+        "lib = torch.library.Library('aten', 'IMPL')\n"
+        "lib.impl('empty.memory_format', lambda *args, **kwargs: None, 'PrivateUse1')\n",
+        # Another backend's CPU fallback.
+        "lib = torch.library.Library('_', 'IMPL')\n"
+        "lib.fallback(lambda *args, **kwargs: None, 'PrivateUse1')\n",
+        # Another backend's device name.
+        "torch.utils.rename_privateuse1_backend('foo')\n",
+    ],
+    ids=["kernel", "fallback", "name"],
+)
+def test_import_refuses_a_second_privateuse1_backend(setup: str) -> None:
+    result = run_python(f"import torch\n{setup}import torch_ember\n")
+    assert result.returncode != 0
+    assert "ImportError: torch_ember: another PrivateUse1 backend" in result.stderr
+    assert "import torch_ember in a fresh process" in result.stderr
 
 
 def test_generated_tensor_methods() -> None:
@@ -144,7 +169,6 @@ def test_generated_tensor_methods() -> None:
 
 
 def test_generated_module_method() -> None:
-    torch.manual_seed(0)
     layer = torch.nn.Linear(3, 2)
     expected = {name: p.detach().clone() for name, p in layer.named_parameters()}
     layer.ember()
