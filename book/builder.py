@@ -8,17 +8,22 @@ the same build directory, so an unchanged build loads without compiling.
 
 A kernel can build more than once (chapters add an operator and rebuild).
 PyTorch cannot hold two copies of one backend, so before loading a new build
-we unload the previous one: dlclose runs its static destructors, which
-deregister its kernels and fallbacks from the dispatcher. That is only safe
-when no device memory allocated through the old build is alive, which the
-driver (a separate, stable library) can tell us.
+we retire the previous one: we run its static destructors with
+``__cxa_finalize``, which deregisters its kernels and fallbacks, but keep the
+library mapped, because the dispatcher remembers the C++ signature of the first
+kernel ever registered per operator and that record points into the library.
+Retiring is only safe when no device memory allocated through the old build is
+alive (the deleters live in it), which the driver, a separate and stable
+library, can tell us. A retired build that is loaded again is loaded from a
+fresh copy of its file, since dlopen would hand back the finalized one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +35,9 @@ from book.cells import SESSION, CppPart
 from book.paths import CSRC, cache_dir
 from book.progress import Status
 
-# Appended to every build. Two process-wide slots point into the library and
-# would dangle after it is unloaded: clear them in a static destructor, which
-# runs at dlclose. (A build that registers them sets them again on load.)
+# Appended to every build. Two process-wide slots point at objects the build
+# owns, which are destroyed when the build is retired: clear them in a static
+# destructor, which runs then. (A build that registers them sets them again.)
 _EPILOGUE = """\
 namespace {
 struct BookUnloadReset {
@@ -44,6 +49,9 @@ struct BookUnloadReset {
   }
 } book_unload_reset;
 } // namespace
+
+// Lets book.builder run this library's static destructors without unmapping it.
+extern "C" void* book_dso_handle() { return &__dso_handle; }
 """
 
 
@@ -84,6 +92,8 @@ class Build:
 
 
 _LOADED: Build | None = None
+# Names of the builds this process has loaded (and maybe finalized) before.
+_EVER_LOADED: set[str] = set()
 
 
 def translation_unit(parts: list[CppPart]) -> str:
@@ -139,7 +149,11 @@ def build(parts: list[CppPart] | None = None, chapter: str | None = None) -> Bui
     doing = f"{'loading' if cached else 'compiling'} the {description}"
     try:
         with Status(doing) as status:
-            _compile_and_load(new, driver, prelude)
+            if name in _EVER_LOADED:  # dlopen would hand back the finalized copy
+                _load_library(new)
+            else:
+                _compile_and_load(new, driver, prelude)
+            _EVER_LOADED.add(name)
             new.seconds = status.elapsed
             verb = "compiled" if new.compiled else "loaded from the build cache"
             status.finish(f"✔ {description}: {verb} in {new.seconds:.1f} s")
@@ -178,8 +192,12 @@ def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
 
 
 def _load_library(build: Build) -> None:
-    torch.ops.load_library(str(build.library))
-    build._handle = ctypes.CDLL(str(build.library))
+    # A library this process finalized stays mapped, and dlopen of the same file
+    # (same inode) returns it without running its initializers: load a fresh copy.
+    copy = Path(tempfile.mkdtemp(prefix="ember-reload-")) / build.library.name
+    shutil.copyfile(build.library, copy)
+    torch.ops.load_library(str(copy))
+    build._handle = ctypes.CDLL(str(copy))
 
 
 def live_device_allocations() -> tuple[int, int]:
@@ -202,22 +220,17 @@ def _unload(build: Build) -> None:
             "in its library. Delete the ember tensors (`del x`), or restart the kernel, "
             "then build again."
         )
-    # Two references: torch.ops.load_library's and ours.
-    handle = build._handle._handle
-    for _ in range(2):
-        ctypes.CDLL(None).dlclose(ctypes.c_void_p(handle))
+    # Run the library's static destructors (they deregister its kernels and
+    # fallbacks) but keep it mapped: the dispatcher keeps, per operator, the C++
+    # signature of the first unboxed kernel ever registered (OperatorEntry::
+    # cpp_signature_, never cleared on deregistration), as a std::type_index whose
+    # name points into this library's .rodata. After a dlclose the next build's
+    # registration compares against a dangling name: "Mismatch in kernel C++
+    # signatures" (or a segfault).
+    dso = build._handle.book_dso_handle
+    dso.restype = ctypes.c_void_p
+    ctypes.CDLL(None).__cxa_finalize(ctypes.c_void_p(dso()))
     build._handle = None
-    if _still_mapped(build.library):
-        raise RuntimeError(f"{build.library.name} could not be unloaded")
-
-
-def _still_mapped(library: Path) -> bool:
-    try:
-        probe = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD)
-    except OSError:
-        return False
-    ctypes.CDLL(None).dlclose(ctypes.c_void_p(probe._handle))  # NOLOAD took a reference
-    return True
 
 
 def loaded() -> Build | None:

@@ -28,9 +28,10 @@ from torch.utils import cpp_extension
 from book.paths import BOOK_CPP, CSRC, cache_dir
 from book.progress import Status
 
-# -fno-gnu-unique: without it GCC marks some template statics STB_GNU_UNIQUE,
-# which makes the library impossible to dlclose, so a second build in the same
-# kernel would register its kernels on top of the first one's.
+# -fno-gnu-unique: without it GCC marks some template statics from PyTorch's
+# headers STB_GNU_UNIQUE, and the dynamic linker would make every later build
+# share the first build's copies, which book.builder finalizes when it retires
+# that build. With it, each build owns its statics.
 #
 # -DNDEBUG: the release libtorch is built with it, and some header classes
 # change layout without it (at::RecordFunction grows a debug-only member), so a

@@ -46,12 +46,22 @@ def test_registrations_name_the_notebook_cell(chapter01_parts):
     assert entry == "PrivateUse1: fallthrough registered at 01_allocator.ipynb[test_fallback]:1 [backend fallback]"
 
 
-def test_rebuild_unloads_the_previous_build(chapter01_parts):
+def test_rebuild_retires_the_previous_build(chapter01_parts):
     builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
     builder.build(chapter01_parts, chapter="01_allocator")
-    # The fallback's registration went away with the library that held it.
+    # The fallback's registration went away with the build that held it.
     assert privateuse1_entry("aten::_local_scalar_dense") is None
+
+
+def test_a_retired_build_can_be_loaded_again(chapter01_parts):
+    with_fallback = chapter01_parts + [FALLBACK]
+    builder.build(with_fallback, chapter="01_allocator")
+    builder.build(chapter01_parts, chapter="01_allocator")
+    assert privateuse1_entry("aten::_local_scalar_dense") is None
+    # Same sources as the retired build: its registrations must come back.
+    builder.build(with_fallback, chapter="01_allocator")
+    assert privateuse1_entry("aten::_local_scalar_dense") is not None
 
 
 def test_same_sources_in_the_same_process_do_not_reload(chapter01_parts):
