@@ -139,6 +139,20 @@ def test_dtype_conversion_matches_cpu(dtype: torch.dtype) -> None:
     assert_bit_exact(src.to(EMBER).t().to(dtype).cpu(), src.t().to(dtype))
 
 
+def test_conjugate_and_negative_views_are_resolved_by_copies() -> None:
+    src = sample(torch.complex64, (3, 4), seed=6)
+    on_device = src.to(EMBER)
+    conjugated = src.conj().resolve_conj()
+    assert_bit_exact(on_device.conj().cpu(), conjugated)
+    assert_bit_exact(src.conj().to(EMBER).cpu(), conjugated)
+    assert_bit_exact(on_device.conj().t().to(f"{EMBER}:1").cpu(), conjugated.t())
+    assert_bit_exact(torch._neg_view(on_device).cpu(), torch._neg_view(src).resolve_neg())
+    into_device = torch.empty(3, 4, dtype=torch.complex64, device=EMBER)
+    into_device.conj().copy_(src)  # writing through a conjugate view stores conj(src)
+    assert_bit_exact(into_device.cpu(), conjugated)
+    assert on_device.conj()[1, 2].item() == complex(conjugated[1, 2].item())
+
+
 def test_copy_into_device_views_keeps_the_gaps() -> None:
     base = torch.arange(24.0).view(4, 6)
     on_device = base.to(EMBER)

@@ -20,10 +20,14 @@ size_t spanBytes(const at::Tensor& t) {
   return at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize());
 }
 
-// A CPU tensor with t's sizes, strides and dtype whose storage is exactly
-// t's span, so the same bytes mean the same elements on both sides.
+// A CPU tensor with t's sizes, strides, dtype and conjugate/negative bits
+// whose storage is exactly t's span: the same bytes mean the same elements.
 at::Tensor hostLike(const at::Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+  at::Tensor host =
+      at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+  host._set_conj(t.is_conj());
+  host._set_neg(t.is_neg());
+  return host;
 }
 
 at::Tensor download(const at::Tensor& device_tensor) {
@@ -58,16 +62,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   const emMemcpyKind kind = self.is_cpu() ? emMemcpyHostToDevice
       : dst.is_cpu()                      ? emMemcpyDeviceToHost
                                           : emMemcpyDeviceToDevice;
-  // Same dtype, same shape, same dense layout: the bytes are identical on
-  // both sides, so one memcpy moves the whole tensor (any device pair).
+  // Same dtype, shape, dense layout and math bits: the bytes are identical
+  // on both sides, so one memcpy moves the whole tensor (any device pair).
   if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
-      self.strides() == dst.strides() && self.is_non_overlapping_and_dense()) {
+      self.strides() == dst.strides() && self.is_non_overlapping_and_dense() &&
+      self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg()) {
     EMBER_CHECK(emMemcpy(dst.mutable_data_ptr(), self.const_data_ptr(),
                          dst.nbytes(), kind));
     return dst;
   }
   // Anything else needs a kernel: dtype conversion, broadcasting, a strided
-  // gather or scatter. The device has none yet, the host has ATen's CPU copy.
+  // gather or scatter, conjugating. The device has none yet; the host has
+  // ATen's CPU copy.
   // So: bring the source's span to the host, let the CPU copy into a host
   // image of the destination, and send that image's bytes to the device.
   const at::Tensor host_src = self.is_cpu() ? self : download(self);
@@ -87,6 +93,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
+}
+
+// A conjugate or negative view (x.conj() of a complex tensor) only sets a bit;
+// copies resolve it. copy_ lets the bit through to its kernel (a fallthrough
+// at the Conjugate and Negative keys), _copy_from by default does not: those
+// keys' fallback would first resolve the bit with a copy, which calls
+// _copy_from again, forever. Let it through too; the host copy resolves it.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace ember
