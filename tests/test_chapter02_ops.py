@@ -437,9 +437,8 @@ def test_device_memory_returns_to_zero() -> None:
 
 
 def test_the_chapter_can_rebuild_in_one_process(chapter01_parts: list[CppPart]) -> None:
-    """The notebook rebuilds after each step. The dispatcher keeps the first C++ signature
-    registered for an operator even after that kernel is gone; kernels that took IntArrayRef
-    for a SymInt[] schema would leave it pointing into an unloaded library."""
+    """The notebook rebuilds after each step: each build retires the previous library and
+    registers the same operators again, which the dispatcher must accept."""
     regions = extension_regions()
     chapter02 = [CppPart("02_minimal_ops", name, regions[name].text) for name in CHAPTER02_PARTS]
     for count in (1, 5, len(chapter02)):  # empty; + copies, scalars, views; everything
