@@ -8,12 +8,17 @@
 //
 // Not shown in the book: the chapters load their backend with load_inline and
 // talk to the driver through ctypes instead.
-#include <torch/extension.h>
+// Plain pybind11, not <torch/extension.h>: these bindings exchange ints and
+// dicts, never tensors, and the full header triples this file's compile time.
+#include <pybind11/pybind11.h>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 
 #include "EmberCheck.h"
 #include "runtime/ember_driver.h"
+
+namespace py = pybind11;
 
 namespace ember {
 namespace {
