@@ -87,7 +87,9 @@ def main() -> int:
             raise RuntimeError(f"{path.stem}: expected a compile then a cache hit")
         ratio = cold["seconds"] / baseline
         worst = max(worst, ratio)
-        print(f"{path.stem:<18} {len(parts):>5} {cold['seconds']:>7.2f} {warm['seconds']:>7.2f} {ratio:>14.2f}")
+        print(
+            f"{path.stem:<18} {len(parts):>5} {cold['seconds']:>7.2f} {warm['seconds']:>7.2f} {ratio:>14.2f}"
+        )
     print()
     print(f"worst cold/baseline ratio: {worst:.2f} (target <= 0.50); warm target < 1 s")
     return 0

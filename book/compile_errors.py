@@ -12,9 +12,13 @@ from __future__ import annotations
 import re
 import subprocess
 
-_DIAGNOSTIC = re.compile(r"^(?P<where>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<kind>fatal error|error|warning|note): ")
+_DIAGNOSTIC = re.compile(
+    r"^(?P<where>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<kind>fatal error|error|warning|note): "
+)
 _EXCERPT = re.compile(r"^\s*(\d+\s*)?\|")
-_CONTEXT = re.compile(r"^[^\s:][^:]*: (In function|In member function|In instantiation|In constructor|In destructor|At global scope)")
+_CONTEXT = re.compile(
+    r"^[^\s:][^:]*: (In function|In member function|In instantiation|In constructor|In destructor|At global scope)"
+)
 MAX_ERRORS = 5
 
 

@@ -73,7 +73,9 @@ def extension_regions(root: Path = CSRC) -> dict[str, Region]:
     for path in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES):
         for region in regions_in_file(path):
             if region.name in regions:
-                raise ValueError(f"region {region.name!r} is defined twice: {regions[region.name].where} and {region.where}")
+                raise ValueError(
+                    f"region {region.name!r} is defined twice: {regions[region.name].where} and {region.where}"
+                )
             regions[region.name] = region
     return regions
 
@@ -98,7 +100,9 @@ def problems(notebooks: Iterable[Path] | None = None, root: Path = CSRC) -> list
         shown[part.name] = part
         region = regions.get(part.name)
         if region is None:
-            found.append(f"{part.origin}: no region '// ember-book: begin {part.name}' in {root.relative_to(REPO)}")
+            found.append(
+                f"{part.origin}: no region '// ember-book: begin {part.name}' in {root.relative_to(REPO)}"
+            )
         elif region.text != part.source:
             diff = difflib.unified_diff(
                 region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""

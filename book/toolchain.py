@@ -88,8 +88,7 @@ def prelude_dir() -> Path:
     partial = target / "prelude.h.gch.partial"
     with Status("precompiling the prelude header (once per machine)") as status:
         result = subprocess.run(
-            ["c++", "-x", "c++-header", str(target / "prelude.h"), "-o", str(partial)]
-            + compile_flags(),
+            ["c++", "-x", "c++-header", str(target / "prelude.h"), "-o", str(partial)] + compile_flags(),
             capture_output=True,
             text=True,
         )

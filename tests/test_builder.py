@@ -37,13 +37,18 @@ def privateuse1_entry(op: str) -> str | None:
 def unique_part() -> CppPart:
     """A part no earlier run has built, so its build cannot come from the cache."""
     tag = uuid.uuid4().hex[:8]
-    return CppPart("01_allocator", f"unique_{tag}", f"namespace ember {{ int unique_{tag}() {{ return 1; }} }}\n")
+    return CppPart(
+        "01_allocator", f"unique_{tag}", f"namespace ember {{ int unique_{tag}() {{ return 1; }} }}\n"
+    )
 
 
 def test_registrations_name_the_notebook_cell(chapter01_parts):
     builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
     entry = privateuse1_entry("aten::_local_scalar_dense")
-    assert entry == "PrivateUse1: fallthrough registered at 01_allocator.ipynb[test_fallback]:1 [backend fallback]"
+    assert (
+        entry
+        == "PrivateUse1: fallthrough registered at 01_allocator.ipynb[test_fallback]:1 [backend fallback]"
+    )
 
 
 def test_rebuild_retires_the_previous_build(chapter01_parts):
@@ -118,7 +123,9 @@ def test_an_undefined_symbol_is_reported_by_its_cpp_name(chapter01_parts):
         "undefined",
         "namespace ember {\nint declared_only();\nint used = declared_only();\n} // namespace ember\n",
     )
-    with pytest.raises(CppBuildError, match=r"uses `ember::declared_only\(\)`, which is declared but never defined"):
+    with pytest.raises(
+        CppBuildError, match=r"uses `ember::declared_only\(\)`, which is declared but never defined"
+    ):
         builder.build(chapter01_parts + [missing], chapter="01_allocator")
 
 
