@@ -29,6 +29,7 @@ CHAPTER02_PARTS = (
     "set_storage",
     "copy_from_and_resize",
     "shallow_copy_type",
+    "sparse_factories",
 )
 EMBER = "privateuseone"
 DTYPES = [
@@ -390,13 +391,16 @@ def test_pin_memory_is_refused() -> None:
         torch.empty_strided((3,), (1,), device=EMBER, pin_memory=True)
 
 
-def test_non_strided_layouts_are_refused() -> None:
-    # A sparse layout selects another dispatch key, for which nothing is registered.
-    with pytest.raises(NotImplementedError, match="from the 'SparsePrivateUse1' backend"):
-        torch.empty(3, device=EMBER, layout=torch.sparse_coo)
-    # torch.jagged reaches the dense kernel, which names the problem.
-    with pytest.raises(RuntimeError, match="ember: aten::empty.memory_format does not support layout Jagged"):
-        torch.empty(3, device=EMBER, layout=torch.jagged)
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr, torch.sparse_bsc, torch.jagged])
+def test_non_strided_layouts_are_refused(layout: torch.layout) -> None:
+    # Sparse layouts select SparsePrivateUse1 / SparseCsrPrivateUse1, torch.jagged selects
+    # PrivateUse1: each key has a kernel that names the layout as Python spells it.
+    with pytest.raises(
+        RuntimeError,
+        match=rf"^ember: aten::empty.memory_format does not support layout={layout}: "
+        r"ember tensors are strided \(dense\) only",
+    ):
+        torch.empty(3, device=EMBER, layout=layout)
 
 
 def test_negative_sizes_are_refused() -> None:

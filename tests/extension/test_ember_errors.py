@@ -47,11 +47,16 @@ def test_negative_size_is_rejected() -> None:
         torch.empty_strided((2, -1), (1, 1), device="ember")
 
 
-def test_sparse_layout_is_rejected() -> None:
-    # A sparse layout selects the SparsePrivateUse1 dispatch key ("Sparseember"),
-    # which has no kernel: the dispatcher refuses before any ember code runs.
-    with pytest.raises(NotImplementedError, match=r"'aten::empty.memory_format' .* 'Sparseember' backend"):
-        torch.empty(2, device="ember", layout=torch.sparse_coo)
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr, torch.jagged])
+def test_non_strided_layout_is_rejected(layout: torch.layout) -> None:
+    # A sparse layout selects the SparsePrivateUse1 or SparseCsrPrivateUse1 dispatch key
+    # ("Sparseember", "SparseCsrember"), where ember registers the same refusal as at PrivateUse1.
+    with pytest.raises(
+        RuntimeError,
+        match=rf"^ember: aten::empty.memory_format does not support layout={layout}: "
+        r"ember tensors are strided \(dense\) only",
+    ):
+        torch.empty(2, device="ember", layout=layout)
 
 
 # Structured operators (add, mul) are refused by PyTorch's own device check

@@ -11,14 +11,34 @@
 // ember-book: begin empty_memory_format
 namespace ember {
 
+// A layout as Python spells it (torch.sparse_coo), the way the user wrote
+// it; c10's operator<< prints the enum name (Sparse).
+const char* layoutName(c10::Layout layout) {
+  switch (layout) {
+    case c10::Layout::Strided: return "torch.strided";
+    case c10::Layout::Sparse: return "torch.sparse_coo";
+    case c10::Layout::SparseCsr: return "torch.sparse_csr";
+    case c10::Layout::SparseCsc: return "torch.sparse_csc";
+    case c10::Layout::SparseBsr: return "torch.sparse_bsr";
+    case c10::Layout::SparseBsc: return "torch.sparse_bsc";
+    case c10::Layout::Mkldnn: return "torch._mkldnn";
+    case c10::Layout::Jagged: return "torch.jagged";
+    default: return "an unknown layout";
+  }
+}
+
+void checkStridedLayout(const char* op, std::optional<c10::Layout> layout) {
+  const c10::Layout requested = c10::layout_or_default(layout);
+  TORCH_CHECK(requested == c10::Layout::Strided, "ember: ", op,
+              " does not support layout=", layoutName(requested),
+              ": ember tensors are strided (dense) only");
+}
+
 // What every ember factory refuses, with the op's name in the message.
 void checkFactoryArguments(const char* op, c10::IntArrayRef size,
                            std::optional<c10::Layout> layout,
                            std::optional<bool> pin_memory) {
-  const c10::Layout requested = c10::layout_or_default(layout);
-  TORCH_CHECK(requested == c10::Layout::Strided, "ember: ", op,
-              " does not support layout ", requested,
-              ": ember tensors are dense and strided (torch.strided)");
+  checkStridedLayout(op, layout);
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "ember: ", op,
               " does not support pin_memory=True: pinned memory is host memory "
               "(page-locked for fast transfers), and this tensor would live "
@@ -82,3 +102,30 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 } // namespace ember
 // ember-book: end empty_strided
+
+// ember-book: begin sparse_factories
+namespace ember {
+
+// BackendSelect turns a sparse layout into the SparsePrivateUse1 or
+// SparseCsrPrivateUse1 key before any PrivateUse1 kernel runs, so
+// empty_memory_format never sees it: the layout check must sit at those keys.
+at::Tensor empty_sparse(
+    c10::SymIntArrayRef /*size*/, std::optional<c10::ScalarType> /*dtype*/,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> /*device*/,
+    std::optional<bool> /*pin_memory*/,
+    std::optional<c10::MemoryFormat> /*memory_format*/) {
+  checkStridedLayout("aten::empty.memory_format", layout);
+  TORCH_INTERNAL_ASSERT(false, "ember: a sparse dispatch key with layout=",
+                        layoutName(c10::layout_or_default(layout)));
+}
+
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
+}
+
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
+}
+
+} // namespace ember
+// ember-book: end sparse_factories
