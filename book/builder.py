@@ -233,6 +233,17 @@ def _unload(build: Build) -> None:
     build._handle = None
 
 
+def unload() -> None:
+    """Retire the loaded build, if any: PrivateUse1 goes back to what PyTorch has.
+
+    Raises BackendInUseError while device memory allocated through it is alive.
+    """
+    global _LOADED
+    if _LOADED is not None:
+        _unload(_LOADED)
+        _LOADED = None
+
+
 def loaded() -> Build | None:
     """The build currently loaded in this process, if any."""
     return _LOADED

@@ -69,6 +69,13 @@ def test_a_retired_build_can_be_loaded_again(chapter01_parts):
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
 
 
+def test_unload_gives_privateuse1_back_to_pytorch(chapter01_parts):
+    builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.unload()
+    assert builder.loaded() is None
+    assert privateuse1_entry("aten::_local_scalar_dense") is None
+
+
 def test_same_sources_in_the_same_process_do_not_reload(chapter01_parts):
     first = builder.build(chapter01_parts, chapter="01_allocator")
     again = builder.build(chapter01_parts, chapter="01_allocator")

@@ -18,7 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from book import builder
+
 DK = torch._C.DispatchKey
+
+
+@pytest.fixture(autouse=True, scope="module")
+def plain_torch() -> None:
+    """These are facts about PyTorch itself: no ember build may be loaded (other test
+    modules in this process load them)."""
+    builder.unload()
 
 
 def table(op: str) -> dict[str, str]:
