@@ -11,104 +11,53 @@ import torch
 
 import book
 from book import builder
-from book.cells import CppPart
+from book.cells import CppPart, parts_in_notebook
+from book.paths import CHAPTERS
 from book.widgets import dispatch_trace as tr
 from book.widgets import table as t
 from book.widgets.table_view import DispatchTable
 
-CHAPTER = "03_fallback"
 EMBER = "privateuseone"
 
-# A minimal empty.memory_format (no argument checks: that is chapter 02's job).
-EMPTY = CppPart(
-    CHAPTER,
-    "test_empty",
-    """namespace ember {
-at::Tensor testEmpty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
-                     std::optional<c10::Layout>, std::optional<c10::Device> device,
-                     std::optional<bool>, std::optional<c10::MemoryFormat> memory_format) {
-  const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_generic(
-      size, c10::GetAllocator(c10::DeviceType::PrivateUse1),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      c10::dtype_or_default(dtype), memory_format);
-}
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(testEmpty));
-}
-} // namespace ember
-""",
-)
-
-# Enough to move contiguous tensors on and off the device: empty_strided and _copy_from.
-COPY = CppPart(
-    CHAPTER,
-    "test_copy",
-    """namespace ember {
-at::Tensor testEmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                            std::optional<c10::ScalarType> dtype, std::optional<c10::Layout>,
-                            std::optional<c10::Device> device, std::optional<bool>) {
-  const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_strided_generic(
-      size, stride, c10::GetAllocator(c10::DeviceType::PrivateUse1),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
-}
-at::Tensor testCopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
-  TORCH_CHECK(self.is_contiguous() && dst.is_contiguous() && self.nbytes() == dst.nbytes() &&
-                  self.dtype() == dst.dtype(),
-              "ember (test copy): contiguous tensors of one size and dtype only");
-  const emMemcpyKind kind = self.is_cpu() ? emMemcpyHostToDevice
-      : dst.is_cpu()                      ? emMemcpyDeviceToHost
-                                          : emMemcpyDeviceToDevice;
-  EMBER_CHECK(emMemcpy(dst.data_ptr(), self.const_data_ptr(), self.nbytes(), kind));
-  return dst;
-}
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty_strided", TORCH_FN(testEmptyStrided));
-  m.impl("_copy_from", TORCH_FN(testCopyFrom));
-}
-} // namespace ember
-""",
-)
-
-# Test-only fallback: an in-place op returns its first argument untouched; anything else fails.
-FALLBACK = CppPart(
-    CHAPTER,
-    "test_fallback",
-    """namespace ember {
-void testFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  TORCH_CHECK(schema.is_mutable() && schema.returns().size() == 1,
-              "ember (test fallback): ", schema.operator_name(), " is not in-place");
-  const size_t num_arguments = schema.arguments().size();
-  c10::IValue self = (*stack)[stack->size() - num_arguments];
-  torch::jit::drop(*stack, num_arguments);
-  stack->push_back(std::move(self));
-}
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&testFallback>());
-}
-} // namespace ember
-""",
-)
-
-TABLE_OPS = ["aten::empty.memory_format", "aten::_local_scalar_dense", "aten::add.Tensor"]
+TABLE_OPS = ["aten::empty.memory_format", "aten::add.out", "aten::add.Tensor"]
 TABLE_KEYS = ["PrivateUse1", "AutogradPrivateUse1", "CPU"]
 
 
-@pytest.fixture(scope="module")
-def before_ember(chapter01_parts: list[CppPart]) -> t.Snapshot:
+def chapter_parts(*stems: str) -> list[CppPart]:
+    """The C++ the given chapters show, read from their notebooks (what book.build() compiles)."""
+    return [part for stem in stems for part in parts_in_notebook(CHAPTERS / f"{stem}.ipynb")]
+
+
+UP_TO_01 = ("01_allocator",)
+UP_TO_02 = (*UP_TO_01, "02_minimal_ops")
+UP_TO_03 = (*UP_TO_02, "03_fallback")
+
+
+# Function-scoped on purpose: each test gets the backend it names. Switching is cheap,
+# since a build that was loaded before comes back from the build cache.
+@pytest.fixture
+def before_ember() -> t.Snapshot:
     """Chapter 01's backend (allocator and guard, no operator kernels) and a snapshot of it."""
     gc.collect()
-    builder.build(chapter01_parts, chapter="01_allocator")
+    builder.build(chapter_parts(*UP_TO_01), chapter="01_allocator")
     return book.snapshot(TABLE_OPS)
 
 
-@pytest.fixture(scope="module")
-def ember(before_ember: t.Snapshot, chapter01_parts: list[CppPart]) -> Iterator[builder.Build]:
-    """Chapter 01 plus the test kernel and fallback."""
+@pytest.fixture
+def chapter02() -> Iterator[builder.Build]:
+    """The backend as chapter 02 leaves it: the minimal operators."""
+    gc.collect()
     book.register_device_module()
-    yield builder.build(chapter01_parts + [EMPTY, COPY, FALLBACK], chapter=CHAPTER)
+    yield builder.build(chapter_parts(*UP_TO_02), chapter="02_minimal_ops")
+    gc.collect()
+
+
+@pytest.fixture
+def ember() -> Iterator[builder.Build]:
+    """The backend as chapter 03 leaves it: minimal operators and the CPU fallback."""
+    gc.collect()
+    book.register_device_module()
+    yield builder.build(chapter_parts(*UP_TO_03), chapter="03_fallback")
     gc.collect()
 
 
@@ -167,14 +116,22 @@ def test_locations_are_normalized() -> None:
 # ---- the table, after an ember build ----------------------------------------------------
 
 
-def test_table_shows_the_books_kernel_and_fallback(ember: builder.Build) -> None:
+def test_after_chapter_02_empty_has_our_kernel_and_add_out_nothing(chapter02: builder.Build) -> None:
     empty = t.entry("aten::empty.memory_format", "PrivateUse1")
     assert empty.kind == t.KERNEL and empty.ours
-    assert re.fullmatch(r"03_fallback\.ipynb\[test_empty\]:\d+", empty.location or "")
-    fallback = t.entry("aten::_local_scalar_dense", "PrivateUse1")
+    assert re.fullmatch(r"02_minimal_ops\.ipynb\[empty_memory_format\]:\d+", empty.location or "")
+    assert t.entry("aten::add.out", "PrivateUse1") == t.NONE_ENTRY
+    # Never empty on 2.13: add.Tensor's structured default kernel (it calls add.out).
+    add = t.entry("aten::add.Tensor", "PrivateUse1")
+    assert (add.alias, add.ours) == (t.CEA_NF, False)
+
+
+def test_after_chapter_03_add_out_has_the_fallback(ember: builder.Build) -> None:
+    fallback = t.entry("aten::add.out", "PrivateUse1")
     assert fallback.kind == t.FALLBACK and fallback.ours
-    assert (fallback.location or "").startswith("03_fallback.ipynb[test_fallback]:")
-    # A composite kernel still wins over the backend fallback.
+    assert re.fullmatch(r"03_fallback\.ipynb\[cpu_fallback\]:\d+", fallback.location or "")
+    # A kernel, even a composite one, still wins over the backend fallback.
+    assert t.entry("aten::empty.memory_format", "PrivateUse1").kind == t.KERNEL
     assert t.entry("aten::add.Tensor", "PrivateUse1").alias == t.CEA_NF
 
 
@@ -183,12 +140,13 @@ def test_since_shows_exactly_the_changed_cells(before_ember: t.Snapshot, ember: 
     changed = {(c.op, c.key): c.change for c in data.changed()}
     assert changed == {
         ("aten::empty.memory_format", "PrivateUse1"): t.ADDED,
-        ("aten::_local_scalar_dense", "PrivateUse1"): t.ADDED,
+        ("aten::add.out", "PrivateUse1"): t.ADDED,
     }
     text = DispatchTable(TABLE_OPS, TABLE_KEYS, since=before_ember).text()
     assert "+kernel ★" in text and "+fallback ★" in text
     assert re.search(
-        r"aten::empty\.memory_format @ PrivateUse1\s+kernel\s+03_fallback\.ipynb\[test_empty\]:\d+", text
+        r"aten::empty\.memory_format @ PrivateUse1\s+kernel\s+02_minimal_ops\.ipynb\[empty_memory_format\]:\d+",
+        text,
     )
 
 
@@ -276,7 +234,7 @@ def test_trace_shows_the_backend_fallback(ember: builder.Build) -> None:
     assert fill.passed == ["AutogradPrivateUse1", "ADInplaceOrView"]
     assert fill.kernel == tr.BACKEND_FALLBACK
     assert fill.final is not None and fill.final.key == "PrivateUse1"
-    assert (fill.final.entry.location or "").startswith("03_fallback.ipynb[test_fallback]:")
+    assert (fill.final.entry.location or "").startswith("03_fallback.ipynb[cpu_fallback]:")
 
 
 def test_trace_of_copies_shows_h2d_and_d2h(ember: builder.Build) -> None:
@@ -314,8 +272,9 @@ def test_trace_of_copies_shows_h2d_and_d2h(ember: builder.Build) -> None:
 
 
 def test_a_failing_function_raises_and_frees_the_probe(ember: builder.Build) -> None:
-    with pytest.raises(RuntimeError, match="not in-place"):  # the test fallback refuses out-of-place ops
-        book.trace(lambda: torch.empty(1, device=EMBER).item())
+    # Chapter 03's fallback refuses random numbers (they would come from the CPU's generator).
+    with pytest.raises(RuntimeError, match="cannot fall back to the CPU"):
+        book.trace(lambda: torch.randn(2, device=EMBER))
     assert book.trace(lambda: None).items == []
 
 
@@ -336,7 +295,7 @@ def test_trace_renders_deterministic_html_and_text(ember: builder.Build) -> None
     text = first.text()
     assert "aten::linear  AutogradCPU  ⇒ CompositeImplicitAutograd" in text
     assert re.search(
-        r"aten::empty\.memory_format  BackendSelect → PrivateUse1  ⇒ ember kernel  03_fallback", text
+        r"aten::empty\.memory_format  BackendSelect → PrivateUse1  ⇒ ember kernel  02_minimal_ops", text
     )
     assert "▪ malloc 16 B on privateuseone:0" in text and "▪ free 16 B on privateuseone:0" in text
     assert not re.search(r"0x[0-9a-f]{6,}|\d+\.\d+ ?(s|ms|us)\b|thread", text + html)
@@ -349,7 +308,7 @@ def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> Non
     box = interactive.controls(table)
     parts = box.ember_controls
     assert parts["output"].value == table.html()
-    parts["ops"].value = "aten::empty.memory_format, aten::_local_scalar_dense"
+    parts["ops"].value = "aten::empty.memory_format, aten::add.out"
     parts["keys"].value = ["PrivateUse1"]
     assert parts["output"].value == DispatchTable(TABLE_OPS[:2], ["PrivateUse1"]).html()
     parts["ops"].value = "aten::no_such_op"
