@@ -10,27 +10,11 @@ looks for ``_is_in_bad_fork`` and ``manual_seed_all``. The rest mirrors
 from __future__ import annotations
 
 import ctypes
-import functools
 import sys
 
 import torch
 
 from book import toolchain
-
-
-@functools.cache
-def _driver() -> ctypes.CDLL:
-    driver = ctypes.CDLL(str(toolchain.driver_library()))
-    driver.emGetErrorString.restype = ctypes.c_char_p
-    return driver
-
-
-def _check(error: int, call: str) -> None:
-    """Turn an ember error code into a RuntimeError, like EMBER_CHECK does in C++."""
-    if error != 0:
-        reason = _driver().emGetErrorString(error).decode()
-        raise RuntimeError(f"ember driver error: {reason} (in {call})")
-
 
 # -- Devices ---------------------------------------------------------------------------------
 
@@ -45,13 +29,13 @@ def device_count() -> int:
 
 def current_device() -> int:
     device = ctypes.c_int(-1)
-    _check(_driver().emGetDevice(ctypes.byref(device)), "emGetDevice")
+    toolchain.check_driver(toolchain.driver().emGetDevice(ctypes.byref(device)), "emGetDevice")
     return device.value
 
 
 def set_device(device: int | str | torch.device) -> None:
     index = _index(device)
-    _check(_driver().emSetDevice(ctypes.c_int(index)), f"emSetDevice({index})")
+    toolchain.check_driver(toolchain.driver().emSetDevice(ctypes.c_int(index)), f"emSetDevice({index})")
 
 
 class device:

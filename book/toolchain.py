@@ -66,6 +66,7 @@ def _cxx_standard() -> str:
     return "c++20" if "-std=c++20" in source else "c++17"
 
 
+@cache
 def toolchain_key() -> str:
     """Changes whenever a build product made by another toolchain is stale."""
     compiler = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout
@@ -135,20 +136,33 @@ class MemStats(ctypes.Structure):
     ]
 
 
+@cache
+def driver() -> ctypes.CDLL:
+    """The driver's C API, callable through ctypes (one handle per process)."""
+    lib = ctypes.CDLL(str(driver_library()))
+    lib.emGetErrorString.restype = ctypes.c_char_p
+    return lib
+
+
+def check_driver(error: int, call: str) -> None:
+    """Turn an ember error code into a RuntimeError, like EMBER_CHECK does in C++."""
+    if error != 0:
+        reason = driver().emGetErrorString(error).decode()
+        raise RuntimeError(f"ember driver error: {reason} (in {call})")
+
+
 def driver_stats(device: int) -> MemStats:
     """The driver's own memory counters for one device (no PyTorch involved)."""
-    lib = ctypes.CDLL(str(driver_library()))
     stats = MemStats()
-    error = lib.emMemGetStats(ctypes.c_int(device), ctypes.byref(stats))
-    if error != 0:
-        raise RuntimeError(f"emMemGetStats({device}) failed with ember error {error}")
+    check_driver(
+        driver().emMemGetStats(ctypes.c_int(device), ctypes.byref(stats)), f"emMemGetStats({device})"
+    )
     return stats
 
 
 def driver_device_count() -> int:
-    lib = ctypes.CDLL(str(driver_library()))
     count = ctypes.c_int(0)
-    lib.emGetDeviceCount(ctypes.byref(count))
+    check_driver(driver().emGetDeviceCount(ctypes.byref(count)), "emGetDeviceCount")
     return count.value
 
 
