@@ -32,10 +32,19 @@ def execute(path: Path) -> float:
         timeout=CELL_TIMEOUT_SECONDS,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        # Timestamps would make every re-execution a diff of its own.
+        record_timing=False,
     )
     client.execute()
+    strip_timing(notebook)
     nbformat.write(notebook, path)
     return time.perf_counter() - started
+
+
+def strip_timing(notebook: nbformat.NotebookNode) -> None:
+    """Drop the per-cell execution timestamps an earlier nbclient run recorded."""
+    for cell in notebook.cells:
+        cell.metadata.pop("execution", None)
 
 
 def main(argv: list[str]) -> int:
