@@ -5,7 +5,7 @@ Two things make a chapter build fast on a 2-core machine:
 * the prelude (book/cpp/prelude.h) is precompiled once per machine into a GCC
   ``.gch`` with exactly the flags `load_inline` compiles with (GCC silently
   ignores a PCH built with other flags);
-* the simulated driver (extension/csrc/runtime) is a separate shared library,
+* the simulated driver (extension/csrc/driver) is a separate shared library,
   built once. It also outlives every chapter build loaded into the process,
   which is what lets `book.build()` check that no device memory is still alive
   before it unloads a build.
@@ -38,7 +38,7 @@ from book.progress import Status
 # build without it would disagree with libtorch about those types. setuptools
 # builds of the finished extension get it from Python's CFLAGS too.
 EXTRA_CFLAGS = ["-fno-gnu-unique", "-Winvalid-pch", "-DNDEBUG"]
-DRIVER_SOURCES = ["runtime/ember_driver.cpp"]
+DRIVER_SOURCES = ["driver/ember_driver.cpp"]
 
 
 def _digest(*chunks: str | bytes) -> str:
@@ -104,7 +104,7 @@ def prelude_dir() -> Path:
 def driver_library() -> Path:
     """Build (once) and load libember_driver.so, the simulated device driver."""
     sources = [CSRC / s for s in DRIVER_SOURCES]
-    headers = sorted((CSRC / "runtime").glob("*.h"))
+    headers = sorted((CSRC / "driver").glob("*.h"))
     key = _digest(toolchain_key(), *(p.read_text() for p in sources + headers))
     target = cache_dir() / "driver" / key
     library = target / "libember_driver.so"

@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/ember_driver.h"
+#include "driver/ember_driver.h"
 
 namespace {
 

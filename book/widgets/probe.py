@@ -34,7 +34,7 @@ def library_path() -> Path:
         toolchain.toolchain_key(),
         SOURCE.read_text(),
         toolchain.prelude_text(),
-        (CSRC / "runtime" / "ember_driver.h").read_text(),
+        (CSRC / "driver" / "ember_driver.h").read_text(),
         str(driver),
     )
     return cache_dir() / "probe" / key / f"ember_trace_probe_{key}.so"

@@ -8,8 +8,8 @@
 #include <c10/core/Scalar.h>
 #include <torch/library.h>
 
-#include "EmberCheck.h"
-#include "runtime/ember_driver.h"
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
 
 // ember-book: begin copy_from
 namespace ember {

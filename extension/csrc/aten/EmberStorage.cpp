@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "EmberCheck.h"
-#include "runtime/ember_driver.h"
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
 
 // ember-book: begin resize
 namespace ember {

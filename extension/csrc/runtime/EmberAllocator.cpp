@@ -2,8 +2,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
-#include "EmberCheck.h"
-#include "runtime/ember_driver.h"
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
 
 // ember-book: begin allocator
 namespace ember {

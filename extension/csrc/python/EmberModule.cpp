@@ -15,8 +15,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
-#include "EmberCheck.h"
-#include "runtime/ember_driver.h"
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
 
 namespace py = pybind11;
 

@@ -2,8 +2,8 @@
 // switches it for the duration of an operation.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "EmberCheck.h"
-#include "runtime/ember_driver.h"
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
 
 // ember-book: begin device_guard
 namespace ember {

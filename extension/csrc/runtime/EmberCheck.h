@@ -3,7 +3,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "runtime/ember_driver.h"
+#include "driver/ember_driver.h"
 
 // ember-book: begin ember_check
 // Every driver call goes through EMBER_CHECK: a failure becomes a c10::Error
