@@ -12,34 +12,46 @@ with ``book.build()``.
 from __future__ import annotations
 
 from book.builder import Build, build, loaded
-from book.cells import SESSION, chapter_stem, register_magic
+from book.cells import SESSION, register_magic
+from book.chapter import Chapter
 from book.compile_errors import BackendInUseError, CppBuildError
-from book.device_module import register_device_module
+from book.driver import device_module
+from book.extension_modules import source_path
 from book.isolated import run_isolated
 from book.widgets import show_table, snapshot, trace
 
 __all__ = [
     "BackendInUseError",
     "Build",
+    "Chapter",
     "CppBuildError",
     "build",
+    "device_module",
     "loaded",
-    "register_device_module",
     "run_isolated",
     "show_table",
     "snapshot",
+    "source_path",
     "start_chapter",
     "trace",
 ]
 
 
 def start_chapter(number: int) -> None:
-    """Make this kernel chapter `number`: register %%cpp, forget staged parts.
-
-    Chapter 01 ends with the Python device module registered, so every later
-    chapter starts from there.
+    """Make this kernel chapter `number`: register %%cpp, forget staged parts, and
+    replay the Python state the earlier chapters carry forward (their cells
+    tagged ``carry-forward``, e.g. chapter 01's registration of the device module).
     """
-    SESSION.start(chapter_stem(number))
+    chapter = Chapter.of(number)
+    SESSION.start(chapter.stem)
     register_magic()
-    if number >= 2:
-        register_device_module()
+    chapter.replay_earlier(_user_namespace())
+
+
+def _user_namespace() -> dict[str, object]:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return {}
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else {}

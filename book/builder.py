@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from book import compile_errors, toolchain
+from book import compile_errors, preload, toolchain
+from book import driver as ember_driver
 from book.cells import SESSION, CppPart
 from book.paths import CSRC, cache_dir
 from book.progress import Status
@@ -117,16 +118,25 @@ def _describe(parts: list[CppPart], chapter: str) -> str:
     return f"ember backend for chapter {chapter[:2]} ({len(parts)} C++ {noun} from chapters {span})"
 
 
-def build(parts: list[CppPart] | None = None, chapter: str | None = None) -> Build:
-    """Compile (or fetch from the cache) and load this chapter's backend."""
+def build(
+    *exercises: str, own: bool = True, parts: list[CppPart] | None = None, chapter: str | None = None
+) -> Build:
+    """Compile (or fetch from the cache) and load this chapter's backend.
+
+    ``book.build()`` builds the earlier chapters' parts and this chapter's staged
+    ones. ``book.build("exercise_x")`` adds staged exercise parts;
+    ``own=False`` leaves this chapter's own parts out. `parts`/`chapter` name an
+    exact part list instead (tests: ``Chapter.of(N).parts_through()``).
+    """
     global _LOADED
-    parts = SESSION.parts() if parts is None else parts
+    parts = SESSION.parts(exercises, own=own) if parts is None else parts
     chapter = chapter or SESSION.chapter or (parts[-1].chapter if parts else "00")
     if not parts:
         raise ValueError("there are no %%cpp parts to build yet")
 
     source = translation_unit(parts)
     driver = toolchain.driver_library()
+    ember_driver.driver()  # loaded (RTLD_GLOBAL) before any build that links against it
     prelude = toolchain.prelude_dir()
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
@@ -170,16 +180,17 @@ def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
     new.directory.mkdir(parents=True, exist_ok=True)
     summary = f"C++ build of chapter {new.chapter[:2]} failed"
     try:
-        load_inline(
-            new.name,
-            cpp_sources=[new.source],
-            build_directory=str(new.directory),
-            is_python_module=False,
-            no_implicit_headers=True,
-            extra_cflags=toolchain.EXTRA_CFLAGS,
-            extra_include_paths=[str(prelude), str(CSRC)],
-            extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"],
-        )
+        with preload.compile_only():  # loaded below, once a child process survived loading it
+            load_inline(
+                new.name,
+                cpp_sources=[new.source],
+                build_directory=str(new.directory),
+                is_python_module=False,
+                no_implicit_headers=True,
+                extra_cflags=toolchain.EXTRA_CFLAGS,
+                extra_include_paths=[str(prelude), str(CSRC)],
+                extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"],
+            )
     except OSError as error:  # built, but dlopen refused it
         cause = error.__cause__ or error
         raise compile_errors.from_load_failure(str(cause), summary) from None
@@ -188,6 +199,9 @@ def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
             raise
         sources = {part.origin: part.source for part in new.parts}
         raise compile_errors.from_build_log(str(error), summary, sources) from None
+    # C++ that throws while the library loads would abort this process: try it in a child first.
+    preload.check(new.library, new.chapter, [driver])  # cached next to the build
+    torch.ops.load_library(str(new.library))
     new._handle = ctypes.CDLL(str(new.library))
 
 
@@ -203,8 +217,8 @@ def _load_library(build: Build) -> None:
 def live_device_allocations() -> tuple[int, int]:
     """(allocations, bytes) alive on all ember devices, per the driver."""
     count = nbytes = 0
-    for device in range(toolchain.driver_device_count()):
-        stats = toolchain.driver_stats(device)
+    for device in range(ember_driver.device_count()):
+        stats = ember_driver.stats(device)
         count += stats.live_allocations
         nbytes += stats.bytes_in_use
     return count, nbytes

@@ -1,21 +1,32 @@
 """C++ cells: the `%%cpp NAME` magic and the parts it contributes to a build.
 
 A chapter's C++ lives in code cells that start with ``%%cpp NAME``. Running
-such a cell stages the part NAME for the chapter's next ``book.build()``; the
-cell prints nothing. Earlier chapters' parts are read straight from their
-notebook files, so a chapter never needs another notebook to have been run.
+such a cell stages the part NAME for the chapter's next ``book.build()``.
+Earlier chapters' parts are read straight from their notebook files, so a
+chapter never needs another notebook to have been run.
+
+Parts are revisable: a later cell (in a later chapter, or later in the same
+one) with a NAME the book has shown before is a new *version* of that part. It
+takes the earlier version's place in the build, and the cell shows what
+changed (a diff against the version it replaces); otherwise a cell prints
+nothing. Parts named ``exercise_*`` are exercise solutions: a chapter's
+``book.build()`` leaves them out unless asked (``book.build("exercise_x")``),
+and later chapters never see them.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from book.paths import CHAPTERS
 
 MAGIC = "cpp"
+EXERCISE_PREFIX = "exercise_"
 _MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<name>[A-Za-z_][\w.-]*)\s*$")
 
 
@@ -31,6 +42,10 @@ class CppPart:
     def origin(self) -> str:
         """How compiler messages and `registered at` locations name this part."""
         return f"{self.chapter}.ipynb[{self.name}]"
+
+    @property
+    def is_exercise(self) -> bool:
+        return self.name.startswith(EXERCISE_PREFIX)
 
 
 def chapter_paths() -> list[Path]:
@@ -72,14 +87,63 @@ def parts_in_notebook(path: Path) -> list[CppPart]:
     return parts
 
 
+def resolve(parts: Iterable[CppPart]) -> list[CppPart]:
+    """The build's parts: each name once, at its first position, in its latest version."""
+    latest: dict[str, CppPart] = {}
+    for part in parts:
+        latest[part.name] = part  # a dict keeps the first insertion's position
+    return list(latest.values())
+
+
+def main_parts(parts: Iterable[CppPart]) -> list[CppPart]:
+    return [part for part in parts if not part.is_exercise]
+
+
 def parts_before(chapter: str) -> list[CppPart]:
-    """Every part of the chapters that come before `chapter`, in book order."""
+    """The backend as the chapters before `chapter` leave it (latest versions, no exercises)."""
     parts: list[CppPart] = []
     for path in chapter_paths():
         if path.stem >= chapter:
             break
-        parts.extend(parts_in_notebook(path))
-    return parts
+        parts.extend(main_parts(parts_in_notebook(path)))
+    return resolve(parts)
+
+
+def versions_through(chapter: str, name: str) -> list[CppPart]:
+    """Every version of part `name` shown up to and including `chapter`, in book order."""
+    found: list[CppPart] = []
+    for path in chapter_paths():
+        if path.stem > chapter:
+            break
+        found.extend(part for part in parts_in_notebook(path) if part.name == name)
+    return found
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What a revising cell shows: the new version against the one it replaces."""
+
+    previous: CppPart
+    current: CppPart
+
+    def diff(self) -> str:
+        lines = difflib.unified_diff(
+            self.previous.source.splitlines(),
+            self.current.source.splitlines(),
+            self.previous.origin,
+            self.current.origin,
+            lineterm="",
+        )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"{self.current.origin} revises {self.previous.origin}:\n{self.diff()}"
+
+    def _repr_markdown_(self) -> str:
+        return (
+            f"`{self.current.origin}` revises `{self.previous.origin}`; what changed:\n\n"
+            f"```diff\n{self.diff()}\n```\n"
+        )
 
 
 class Session:
@@ -93,19 +157,40 @@ class Session:
         self.chapter = chapter
         self.staged = {}
 
-    def stage(self, name: str, body: str) -> CppPart:
+    def stage(self, name: str, body: str) -> Revision | None:
+        """Stage a cell's part; if it revises an earlier version, say which and how."""
         if self.chapter is None:
             raise RuntimeError("call book.start_chapter(N) before the first %%cpp cell")
         part = CppPart(self.chapter, name, normalize(body))
+        previous = self._previous_version(part)
         # Re-running a cell replaces its part in place, keeping cell order.
         self.staged[name] = part
-        return part
+        return Revision(previous, part) if previous is not None else None
 
-    def parts(self) -> list[CppPart]:
-        """Earlier chapters' parts, then this chapter's staged parts."""
+    def _previous_version(self, part: CppPart) -> CppPart | None:
+        # A cell as the book shows it revises the version before it in book order
+        # (the same answer however often, and in whatever order, cells are run).
+        shown = versions_through(part.chapter, part.name)
+        for index, version in enumerate(shown):
+            if version.source == part.source:
+                return shown[index - 1] if index else None
+        # A cell the reader edited: compare with what the build would use now.
+        current = self.staged.get(part.name) or {p.name: p for p in parts_before(part.chapter)}.get(part.name)
+        return current if current is not None and current.source != part.source else None
+
+    def parts(self, exercises: Iterable[str] = (), own: bool = True) -> list[CppPart]:
+        """The backend as this chapter builds it: the earlier chapters' parts, then
+        this chapter's staged ones (unless own=False), then the named exercises."""
         if self.chapter is None:
             raise RuntimeError("call book.start_chapter(N) first")
-        return parts_before(self.chapter) + list(self.staged.values())
+        parts = parts_before(self.chapter)
+        if own:
+            parts = resolve(parts + main_parts(self.staged.values()))
+        for name in exercises:
+            if not name.startswith(EXERCISE_PREFIX) or name not in self.staged:
+                raise LookupError(f"no exercise part {name!r} is staged: run its `%%cpp {name}` cell first")
+            parts.append(self.staged[name])
+        return parts
 
 
 SESSION = Session()
@@ -125,6 +210,10 @@ def register_magic() -> None:
         name = line.strip()
         if not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
             raise ValueError(f"%%cpp needs one part name, got {line!r}")
-        SESSION.stage(name, cell)
+        revision = SESSION.stage(name, cell)
+        if revision is not None:
+            from IPython.display import display
+
+            display(revision)
 
     shell.register_magic_function(cpp, magic_kind="cell", magic_name=MAGIC)

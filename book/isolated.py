@@ -19,31 +19,27 @@ from dataclasses import dataclass
 
 import torch
 
-from book import builder, device_module, toolchain
+from book import builder, toolchain
+from book import driver as ember_driver
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 
 # The child's first lines. The user's code runs last, compiled as "<isolated>"
 # so that tracebacks name its own line numbers.
 _PRELUDE = """\
-import ctypes, os, pathlib, sys
+import ctypes, pathlib
 import torch
+from book import driver as book_driver
 
-# The reader's driver, loaded globally so the build resolves its em* symbols
-# against this copy, exactly as in the reader's process.
-driver = ctypes.CDLL({driver!r}, mode=os.RTLD_GLOBAL)
-driver.emMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-driver.emFree.argtypes = [ctypes.c_void_p]
-driver.emMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-driver.emGetErrorString.restype = ctypes.c_char_p
+# The reader's driver file, used as is (the child never builds anything), loaded
+# globally so the build resolves its em* symbols against this copy, exactly as in
+# the reader's process. `driver` is its ctypes library, argument types set.
+book_driver.use_library(pathlib.Path({driver!r}))
+driver = book_driver.driver().lib
 if {build!r}:
     torch.ops.load_library({build!r})
 if {register!r}:
-    import book.toolchain
-    # Use the parent's driver file as is: the child never builds anything.
-    book.toolchain.driver_library = lambda: pathlib.Path({driver!r})
-    from book.device_module import register_device_module
-    register_device_module()
+    torch._register_device_module({backend!r}, book_driver.device_module())
 exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
      "ctypes": ctypes, "driver": driver}})
 """
@@ -93,14 +89,15 @@ def run_isolated(code: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Isolate
     """Run `code` in a fresh Python process that has the current ember build loaded.
 
     The code sees `torch`, `ctypes` and `driver` (the ember driver as a
-    ctypes library, with argtypes set for emMalloc, emFree and emMemcpy).
+    ctypes library, with the argument types of its entry points set).
     """
     build = builder.loaded()
     backend = torch._C._get_privateuse1_backend_name()
     script = _PRELUDE.format(
         driver=str(toolchain.driver_library()),
         build=str(build.library) if build is not None else "",
-        register=getattr(torch, backend, None) is device_module,
+        register=getattr(torch, backend, None) is ember_driver.device_module(),
+        backend=backend,
         code=code,
     )
     environment = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -8,7 +8,16 @@ Code a chapter shows sits in the extension's sources between two marker lines::
 
 and a chapter shows it in a cell that starts with ``%%cpp empty_memory_format``.
 The cell body must be byte-identical to the region (trailing blank lines
-aside). ``python -m book.sync --check`` lists every difference and exits 1;
+aside). Where the region lives depends on what the cell is:
+
+* the latest version of a part (the one the finished backend compiles):
+  ``extension/csrc/``, region NAME;
+* an earlier version, revised by a later cell: ``extension/history/<chapter>.cpp``,
+  region ``NAME.vK`` (K counts the versions in book order, from 1);
+* an exercise solution (``%%cpp exercise_*``): ``extension/exercises/<chapter>.cpp``.
+
+Neither history nor exercises is part of the package build; the chapters'
+builds and tests compile them. ``python -m book.sync --check`` lists every difference and exits 1;
 ``python -m book.sync --write`` copies the regions into the notebooks (then
 re-execute the chapters whose code changed).
 """
@@ -20,12 +29,13 @@ import difflib
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from book.cells import MAGIC, CppPart, chapter_paths, normalize, parts_in_notebook, split_magic
-from book.paths import CSRC, REPO
+from book.paths import CSRC, EXTENSION, REPO
 
 _MARKER = re.compile(r"^\s*// ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
 SOURCE_SUFFIXES = (".cpp", ".h")
@@ -68,7 +78,15 @@ def regions_in_file(path: Path) -> list[Region]:
     return found
 
 
+# Where a region lives: ("csrc", NAME) for the package's sources, whose names are
+# unique across csrc/; ("history/<chapter>", NAME.vK) and ("exercises/<chapter>", NAME)
+# for the book-only files, one per chapter.
+Place = tuple[str, str]
+BOOK_ONLY = ("history", "exercises")
+
+
 def extension_regions(root: Path = CSRC) -> dict[str, Region]:
+    """The package's regions (extension/csrc), by name."""
     regions: dict[str, Region] = {}
     for path in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES):
         for region in regions_in_file(path):
@@ -80,6 +98,20 @@ def extension_regions(root: Path = CSRC) -> dict[str, Region]:
     return regions
 
 
+def all_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
+    regions: dict[Place, Region] = {
+        ("csrc", name): r for name, r in extension_regions(extension / "csrc").items()
+    }
+    for folder in BOOK_ONLY:
+        for path in sorted((extension / folder).glob("*.cpp")):
+            for region in regions_in_file(path):
+                place = (f"{folder}/{path.stem}", region.name)
+                if place in regions:
+                    raise ValueError(f"region {region.name!r} is defined twice in {path}")
+                regions[place] = region
+    return regions
+
+
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
     parts: list[CppPart] = []
     for path in notebooks if notebooks is not None else chapter_paths():
@@ -87,47 +119,73 @@ def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
     return parts
 
 
-def problems(notebooks: Iterable[Path] | None = None, root: Path = CSRC) -> list[str]:
-    """Every way the chapters' C++ differs from the extension's. Empty means in sync."""
-    regions = extension_regions(root)
-    parts = chapter_parts(notebooks)
-    found: list[str] = []
-    shown: dict[str, CppPart] = {}
+def placements(parts: list[CppPart]) -> list[tuple[CppPart, Place]]:
+    """Each part shown, in book order, with the place of the region it must equal."""
+    count = Counter(part.name for part in parts if not part.is_exercise)
+    seen: Counter[str] = Counter()
+    placed: list[tuple[CppPart, Place]] = []
     for part in parts:
-        if part.name in shown:
-            found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[part.name].origin}")
+        if part.is_exercise:
+            placed.append((part, (f"exercises/{part.chapter}", part.name)))
             continue
-        shown[part.name] = part
-        region = regions.get(part.name)
+        seen[part.name] += 1
+        if seen[part.name] == count[part.name]:  # the latest version: the package's
+            placed.append((part, ("csrc", part.name)))
+        else:
+            placed.append((part, (f"history/{part.chapter}", f"{part.name}.v{seen[part.name]}")))
+    return placed
+
+
+def _describe(place: Place, extension: Path) -> str:
+    folder, name = place
+    where = extension / folder if folder == "csrc" else extension / f"{folder}.cpp"
+    return (
+        f"'// ember-book: begin {name}' in {where.relative_to(REPO) if where.is_relative_to(REPO) else where}"
+    )
+
+
+def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
+    """Every way the chapters' C++ differs from the extension's. Empty means in sync."""
+    regions = all_regions(extension)
+    found: list[str] = []
+    shown: dict[Place, CppPart] = {}
+    for part, place in placements(chapter_parts(notebooks)):
+        if place in shown:
+            found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
+            continue
+        shown[place] = part
+        region = regions.get(place)
         if region is None:
-            found.append(
-                f"{part.origin}: no region '// ember-book: begin {part.name}' in {root.relative_to(REPO)}"
-            )
+            found.append(f"{part.origin}: no region {_describe(place, extension)}")
         elif region.text != part.source:
             diff = difflib.unified_diff(
                 region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""
             )
             found.append(f"{part.origin} differs from {region.where}:\n" + "\n".join(diff))
-    for name, region in regions.items():
-        if name not in shown:
-            found.append(f"{region.where}: region {name!r} is not shown by any chapter")
+    for place, region in regions.items():
+        if place not in shown:
+            found.append(f"{region.where}: region {place[1]!r} is not shown by any chapter")
     return found
 
 
-def write(notebooks: Iterable[Path] | None = None, root: Path = CSRC) -> list[Path]:
+def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[Path]:
     """Copy each region into the cell that shows it. Returns the notebooks changed."""
-    regions = extension_regions(root)
+    paths = list(notebooks if notebooks is not None else chapter_paths())
+    regions = all_regions(extension)
+    # placements() lists the parts in cell order, so walking the cells in the same order pairs them.
+    placed = iter(placements(chapter_parts(paths)))
     changed: list[Path] = []
-    for path in notebooks if notebooks is not None else chapter_paths():
+    for path in paths:
         notebook = json.loads(path.read_text())
         dirty = False
         for cell in notebook["cells"]:
             split = split_magic("".join(cell["source"])) if cell["cell_type"] == "code" else None
-            if split is None or split[0] not in regions:
+            if split is None:
                 continue
-            name, body = split
-            if body != regions[name].text:
-                text = f"%%{MAGIC} {name}\n" + regions[name].text.rstrip("\n")
+            _, place = next(placed)
+            region = regions.get(place)
+            if region is not None and split[1] != region.text:
+                text = f"%%{MAGIC} {split[0]}\n" + region.text.rstrip("\n")
                 cell["source"] = text.splitlines(keepends=True)
                 dirty = True
         if dirty:
@@ -149,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in found:
         print(problem, file=sys.stderr)
     if not found:
-        print(f"in sync: {len(chapter_parts())} C++ cells match extension/csrc")
+        print(f"in sync: {len(chapter_parts())} C++ cells match extension/")
     return 1 if found else 0
 
 

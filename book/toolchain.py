@@ -13,9 +13,7 @@ Two things make a chapter build fast on a 2-core machine:
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import os
 import shutil
 import subprocess
 import sysconfig
@@ -102,7 +100,7 @@ def prelude_dir() -> Path:
 
 @cache
 def driver_library() -> Path:
-    """Build (once) and load libember_driver.so, the simulated device driver."""
+    """Build (once) libember_driver.so, the simulated device driver (book.driver loads it)."""
     sources = [CSRC / s for s in DRIVER_SOURCES]
     headers = sorted((CSRC / "driver").glob("*.h"))
     key = _digest(toolchain_key(), *(p.read_text() for p in sources + headers))
@@ -121,49 +119,7 @@ def driver_library() -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"building the ember driver failed:\n{result.stderr[-4000:]}")
         partial.rename(library)
-    # RTLD_GLOBAL: chapter builds resolve the driver's symbols against this copy.
-    ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL)
     return library
-
-
-class MemStats(ctypes.Structure):
-    _fields_ = [
-        ("bytes_in_use", ctypes.c_size_t),
-        ("peak_bytes_in_use", ctypes.c_size_t),
-        ("live_allocations", ctypes.c_size_t),
-        ("total_allocations", ctypes.c_size_t),
-        ("total_frees", ctypes.c_size_t),
-    ]
-
-
-@cache
-def driver() -> ctypes.CDLL:
-    """The driver's C API, callable through ctypes (one handle per process)."""
-    lib = ctypes.CDLL(str(driver_library()))
-    lib.emGetErrorString.restype = ctypes.c_char_p
-    return lib
-
-
-def check_driver(error: int, call: str) -> None:
-    """Turn an ember error code into a RuntimeError, like EMBER_CHECK does in C++."""
-    if error != 0:
-        reason = driver().emGetErrorString(error).decode()
-        raise RuntimeError(f"ember driver error: {reason} (in {call})")
-
-
-def driver_stats(device: int) -> MemStats:
-    """The driver's own memory counters for one device (no PyTorch involved)."""
-    stats = MemStats()
-    check_driver(
-        driver().emMemGetStats(ctypes.c_int(device), ctypes.byref(stats)), f"emMemGetStats({device})"
-    )
-    return stats
-
-
-def driver_device_count() -> int:
-    count = ctypes.c_int(0)
-    check_driver(driver().emGetDeviceCount(ctypes.byref(count)), "emGetDeviceCount")
-    return count.value
 
 
 def clean_cache() -> None:

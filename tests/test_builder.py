@@ -11,7 +11,8 @@ import uuid
 import pytest
 import torch
 
-from book import builder, toolchain
+from book import builder
+from book import driver as ember_driver
 from book.cells import CppPart
 from book.compile_errors import BackendInUseError, CppBuildError
 
@@ -43,7 +44,7 @@ def unique_part() -> CppPart:
 
 
 def test_registrations_name_the_notebook_cell(chapter01_parts):
-    builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
     entry = privateuse1_entry("aten::_local_scalar_dense")
     assert (
         entry
@@ -52,39 +53,39 @@ def test_registrations_name_the_notebook_cell(chapter01_parts):
 
 
 def test_rebuild_retires_the_previous_build(chapter01_parts):
-    builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
-    builder.build(chapter01_parts, chapter="01_allocator")
+    builder.build(parts=chapter01_parts, chapter="01_allocator")
     # The fallback's registration went away with the build that held it.
     assert privateuse1_entry("aten::_local_scalar_dense") is None
 
 
 def test_a_retired_build_can_be_loaded_again(chapter01_parts):
     with_fallback = chapter01_parts + [FALLBACK]
-    builder.build(with_fallback, chapter="01_allocator")
-    builder.build(chapter01_parts, chapter="01_allocator")
+    builder.build(parts=with_fallback, chapter="01_allocator")
+    builder.build(parts=chapter01_parts, chapter="01_allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is None
     # Same sources as the retired build: its registrations must come back.
-    builder.build(with_fallback, chapter="01_allocator")
+    builder.build(parts=with_fallback, chapter="01_allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
 
 
 def test_unload_gives_privateuse1_back_to_pytorch(chapter01_parts):
-    builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
     builder.unload()
     assert builder.loaded() is None
     assert privateuse1_entry("aten::_local_scalar_dense") is None
 
 
 def test_same_sources_in_the_same_process_do_not_reload(chapter01_parts):
-    first = builder.build(chapter01_parts, chapter="01_allocator")
-    again = builder.build(chapter01_parts, chapter="01_allocator")
+    first = builder.build(parts=chapter01_parts, chapter="01_allocator")
+    again = builder.build(parts=chapter01_parts, chapter="01_allocator")
     assert again is first
 
 
 def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts):
     parts = chapter01_parts + [unique_part()]
-    built = builder.build(parts, chapter="01_allocator")
+    built = builder.build(parts=parts, chapter="01_allocator")
     assert built.compiled
     object_file = built.directory / "main.o"
     mtime = object_file.stat().st_mtime_ns
@@ -93,7 +94,7 @@ def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts)
         from book import builder
         from book.cells import CppPart
         parts = [CppPart(*p) for p in {[(p.chapter, p.name, p.source) for p in parts]!r}]
-        print(builder.build(parts, chapter="01_allocator").compiled)
+        print(builder.build(parts=parts, chapter="01_allocator").compiled)
         """
     )
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
@@ -102,9 +103,9 @@ def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts)
 
 
 def test_compile_error_names_cell_and_line_and_keeps_previous_build(chapter01_parts):
-    good = builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    good = builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
     with pytest.raises(CppBuildError) as failure:
-        builder.build(chapter01_parts + [TYPO], chapter="01_allocator")
+        builder.build(parts=chapter01_parts + [TYPO], chapter="01_allocator")
     message = str(failure.value)
     assert "C++ build of chapter 01 failed: 1 error" in message
     assert "01_allocator.ipynb[typo]:3:10: error: ‘fourty_two’ was not declared in this scope" in message
@@ -116,7 +117,7 @@ def test_compile_error_names_cell_and_line_and_keeps_previous_build(chapter01_pa
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
     # ...and the next correct build works.
     fixed = CppPart("01_allocator", "typo", TYPO.source.replace("fourty_two", "42"))
-    assert builder.build(chapter01_parts + [fixed], chapter="01_allocator").name != good.name
+    assert builder.build(parts=chapter01_parts + [fixed], chapter="01_allocator").name != good.name
 
 
 def test_ipython_shows_only_the_compiler_lines():
@@ -133,18 +134,18 @@ def test_an_undefined_symbol_is_reported_by_its_cpp_name(chapter01_parts):
     with pytest.raises(
         CppBuildError, match=r"uses `ember::declared_only\(\)`, which is declared but never defined"
     ):
-        builder.build(chapter01_parts + [missing], chapter="01_allocator")
+        builder.build(parts=chapter01_parts + [missing], chapter="01_allocator")
 
 
 def test_live_device_memory_blocks_unloading(chapter01_parts):
-    builder.build(chapter01_parts, chapter="01_allocator")
-    driver = ctypes.CDLL(str(toolchain.driver_library()))
+    builder.build(parts=chapter01_parts, chapter="01_allocator")
+    driver = ember_driver.driver().lib
     pointer = ctypes.c_void_p()
     assert driver.emMalloc(ctypes.byref(pointer), ctypes.c_size_t(96)) == 0
     try:
         with pytest.raises(BackendInUseError, match=r"1 device allocation\(s\) \(96 bytes\)"):
-            builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+            builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
     finally:
         assert driver.emFree(pointer) == 0
     assert builder.live_device_allocations() == (0, 0)
-    builder.build(chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")

@@ -1,4 +1,4 @@
-"""Chapter 01's helpers: `book.run_isolated` and the Python device module `book.device_module`."""
+"""Chapter 01's helpers: `book.run_isolated` and the device module (the package's own, `book.device_module()`)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,15 @@ import pytest
 import torch
 
 import book
-from book import builder, device_module, sync, toolchain
-from book.cells import CppPart
-
-CHAPTER = "01_allocator"
-PARTS = ("ember_check", "device_guard", "allocator")
+from book import builder
+from book import driver as ember_driver
+from book.chapter import Chapter
 
 
 @pytest.fixture(scope="module")
 def chapter01() -> builder.Build:
     """Chapter 01's backend (guard and allocator), loaded, with the device module registered."""
-    regions = sync.extension_regions()
-    built = builder.build(
-        parts=[CppPart(CHAPTER, name, regions[name].text) for name in PARTS], chapter=CHAPTER
-    )
-    book.register_device_module()
-    return built
+    return Chapter.of(1).build()
 
 
 # -- run_isolated ----------------------------------------------------------------------------
@@ -85,17 +78,19 @@ def test_timeout_stops_the_child(chapter01: builder.Build) -> None:
 # -- the device module -----------------------------------------------------------------------
 
 
-def test_registration_is_idempotent(chapter01: builder.Build) -> None:
-    book.register_device_module()
-    book.register_device_module()
-    assert torch.privateuseone is device_module
+def test_the_chapters_register_the_packages_device_module(chapter01: builder.Build) -> None:
+    # Replaying chapter 01's carry-forward cell again is harmless, and the module is the
+    # finished package's file, not a copy.
+    Chapter.of(2).replay_earlier({})
+    assert torch.privateuseone is book.device_module()
+    assert torch.privateuseone.__file__ == str(book.source_path("device_module"))
 
 
 def test_memory_allocated_follows_the_driver(chapter01: builder.Build) -> None:
-    before = toolchain.driver_stats(0).bytes_in_use
+    before = ember_driver.stats(0).bytes_in_use
     assert torch.privateuseone.memory_allocated() == before
     storage = torch.UntypedStorage(48, device="privateuseone:0")
-    assert torch.privateuseone.memory_allocated() == toolchain.driver_stats(0).bytes_in_use == before + 48
+    assert torch.privateuseone.memory_allocated() == ember_driver.stats(0).bytes_in_use == before + 48
     assert torch.privateuseone.memory_allocated("privateuseone:0") == before + 48
     assert torch.privateuseone.max_memory_allocated(0) >= before + 48
     del storage
@@ -119,12 +114,12 @@ def test_devices_and_the_device_context_manager(chapter01: builder.Build) -> Non
 
 
 def test_a_bad_index_fails_like_the_device_guard(chapter01: builder.Build) -> None:
-    message = "ember: device index 7 is out of range: there are 2 ember devices (0..1)"
+    message = "ember driver error: invalid device ordinal: device index 7 is out of range: there are 2 ember devices (0..1)"
     with pytest.raises(RuntimeError, match=message.replace("(", r"\(").replace(")", r"\)")):
         torch.privateuseone.set_device(7)
     with pytest.raises(RuntimeError, match=r"device index 7 is out of range"):
         torch.UntypedStorage(8, device="privateuseone:7")
-    with pytest.raises(ValueError, match="expected a privateuseone device, got cpu"):
+    with pytest.raises(ValueError, match="expected a privateuseone device, got 'cpu'"):
         torch.privateuseone.memory_allocated("cpu")
 
 

@@ -14,23 +14,16 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-import book
 from book import builder
-from book.cells import CppPart, parts_before, parts_in_notebook
-from book.paths import CHAPTERS
+from book.chapter import Chapter
 
 CHAPTER = "03_fallback"
 EMBER = "privateuseone"
 
 
-def chapter03_parts() -> list[CppPart]:
-    return parts_before(CHAPTER) + parts_in_notebook(CHAPTERS / f"{CHAPTER}.ipynb")
-
-
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    book.register_device_module()
-    yield builder.build(parts=chapter03_parts(), chapter=CHAPTER)
+    yield Chapter.of(3).build()
     gc.collect()  # let the next module's build unload this one
 
 

@@ -99,3 +99,28 @@ def test_a_chapter_builds_on_the_chapters_before_it():
     for index, stem in enumerate(stems):
         earlier = {p.chapter for p in parts_before(stem)}
         assert earlier <= set(stems[:index])
+
+
+# -- revisions and exercises ---------------------------------------------------------------
+
+
+def test_a_revision_is_checked_against_history_and_the_latest_against_csrc():
+    placed = {(part.origin, place) for part, place in sync.placements(sync.chapter_parts())}
+    assert ("03_fallback.ipynb[cpu_fallback]", ("history/03_fallback", "cpu_fallback.v1")) in placed
+    assert ("03_fallback.ipynb[cpu_fallback]", ("csrc", "cpu_fallback")) in placed
+    assert (
+        "01_allocator.ipynb[exercise_capped_allocator]",
+        ("exercises/01_allocator", "exercise_capped_allocator"),
+    ) in placed
+
+
+def test_an_edited_earlier_version_is_reported(tmp_path):
+    copies = copy_chapters(tmp_path)
+    chapter03 = next(p for p in copies if p.stem == "03_fallback")
+    # The first cpu_fallback cell is version 1, held in extension/history/03_fallback.cpp.
+    edit_first_cpp_cell(chapter03, lambda s: s.replace("namespace ember {", "namespace ember {  ", 1))
+    problems = sync.problems(notebooks=copies)
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "03_fallback.ipynb[cpu_fallback] differs from extension/history/03_fallback.cpp:"
+    )

@@ -2,8 +2,8 @@
 
 `import torch_ember` loads the compiled backend (`torch_ember._C`: allocator,
 device guard and kernels register themselves when it loads), names the
-PrivateUse1 device "ember", registers `torch.ember` and adds `Tensor.ember()`
-and `Tensor.is_ember`. After that, `torch.ones(2, device="ember")` works.
+PrivateUse1 device "ember", registers the device module (`device_module.py`) as
+`torch.ember` and adds `Tensor.ember()` and `Tensor.is_ember`. After that, `torch.ones(2, device="ember")` works.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 BACKEND_NAME = "ember"
 
-__all__ = ["BACKEND_NAME", "ember"]
+__all__ = ["BACKEND_NAME", "device_module"]
 
 
 def _check_privateuse1_is_free() -> None:
@@ -42,7 +42,11 @@ def _check_privateuse1_is_free() -> None:
 _check_privateuse1_is_free()
 
 # Loading _C registers the allocator, the device guard and the kernels.
-from torch_ember import _C, ember  # noqa: E402, F401
+from torch_ember import _C, device_module  # noqa: E402
+from torch_ember.driver import Driver  # noqa: E402
+
+# The driver's C API is compiled into _C: the device module calls it there.
+device_module.attach(Driver(_C.__file__))
 
 
 def _register() -> None:
@@ -51,7 +55,7 @@ def _register() -> None:
     if torch._C._get_privateuse1_backend_name() != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
     if not hasattr(torch, BACKEND_NAME):
-        torch._register_device_module(BACKEND_NAME, ember)
+        torch._register_device_module(BACKEND_NAME, device_module)
     if not hasattr(torch.Tensor, f"is_{BACKEND_NAME}"):
         torch.utils.generate_methods_for_privateuse1_backend()
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -70,6 +71,18 @@ thread_local int current_device = 0;
 
 bool valid_device(int device) {
   return device >= 0 && device < kNumDevices;
+}
+
+// The one place that says what is wrong with a device index: every layer above
+// (the device guard, the hooks, the Python device module) reports this text.
+thread_local char invalid_device_detail[128] = "";
+
+emError_t invalid_device(int device) {
+  std::snprintf(invalid_device_detail, sizeof(invalid_device_detail),
+                "device index %d is out of range: there are %d ember devices "
+                "(0..%d)",
+                device, kNumDevices, kNumDevices - 1);
+  return emErrorInvalidDevice;
 }
 
 uintptr_t addr(const void* ptr) {
@@ -232,6 +245,10 @@ const char* emGetErrorString(emError_t error) {
   return "unknown ember error";
 }
 
+const char* emGetErrorDetail(emError_t error) {
+  return error == emErrorInvalidDevice ? invalid_device_detail : "";
+}
+
 emError_t emGetDeviceCount(int* count) {
   if (count == nullptr) return emErrorInvalidValue;
   *count = kNumDevices;
@@ -245,8 +262,15 @@ emError_t emGetDevice(int* device) {
 }
 
 emError_t emSetDevice(int device) {
-  if (!valid_device(device)) return emErrorInvalidDevice;
+  if (!valid_device(device)) return invalid_device(device);
   current_device = device;
+  return emSuccess;
+}
+
+emError_t emDeviceSynchronize(int device) {
+  if (!valid_device(device)) return invalid_device(device);
+  // Every copy and kernel finishes before the call that issued it returns:
+  // there is nothing to wait for (yet).
   return emSuccess;
 }
 
@@ -388,7 +412,7 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
 }
 
 emError_t emMemGetStats(int device, emMemStats* stats) {
-  if (!valid_device(device)) return emErrorInvalidDevice;
+  if (!valid_device(device)) return invalid_device(device);
   if (stats == nullptr) return emErrorInvalidValue;
   std::lock_guard<std::mutex> lock(state().mutex);
   *stats = state().stats[device];
@@ -396,7 +420,7 @@ emError_t emMemGetStats(int device, emMemStats* stats) {
 }
 
 emError_t emMemResetPeak(int device) {
-  if (!valid_device(device)) return emErrorInvalidDevice;
+  if (!valid_device(device)) return invalid_device(device);
   std::lock_guard<std::mutex> lock(state().mutex);
   emMemStats& stats = state().stats[device];
   stats.peak_bytes_in_use = stats.bytes_in_use;

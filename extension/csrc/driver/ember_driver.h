@@ -38,12 +38,18 @@ typedef struct emMemStats {
 } emMemStats;
 
 const char* emGetErrorString(emError_t error);
+// What exactly was wrong in this thread's latest failed call that returned
+// `error` ("" if the driver has nothing to add): for emErrorInvalidDevice, the
+// index and the valid range.
+const char* emGetErrorDetail(emError_t error);
 
 // Devices. The simulated machine has two ember devices, 0 and 1. The current
 // device is per host thread and starts at 0.
 emError_t emGetDeviceCount(int* count);
 emError_t emGetDevice(int* device);
 emError_t emSetDevice(int device);
+// Waits until all work issued to `device` has finished.
+emError_t emDeviceSynchronize(int device);
 
 // Memory. emMalloc allocates on the current device; size 0 yields nullptr.
 // emFree(nullptr) is a no-op. emPointerGetDevice tells which device owns a

@@ -28,11 +28,7 @@ struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void setDevice(c10::Device device) const override {
     TORCH_CHECK(device.type() == static_type,
                 "ember device guard: expected an ember device, got ", device);
-    const c10::DeviceIndex count = deviceCount();
-    TORCH_CHECK(device.index() >= 0 && device.index() < count,
-                "ember: device index ", static_cast<int>(device.index()),
-                " is out of range: there are ", static_cast<int>(count),
-                " ember devices (0..", count - 1, ")");
+    // The driver decides which indices exist and says what is wrong.
     EMBER_CHECK(emSetDevice(device.index()));
   }
 
@@ -68,6 +64,11 @@ struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
     return c10::Stream(c10::Stream::DEFAULT, stream.device());
+  }
+
+  // torch.accelerator.synchronize() and torch.<device>.synchronize() end here.
+  void synchronizeDevice(c10::DeviceIndex device_index) const override {
+    EMBER_CHECK(emDeviceSynchronize(device_index));
   }
 };
 

@@ -1,0 +1,61 @@
+"""Revisable parts: a later cell with an earlier part's name replaces it in the build and shows a diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from book.cells import CppPart, Revision, Session, resolve
+from book.chapter import Chapter
+
+
+def test_resolve_keeps_the_first_position_and_the_latest_version():
+    a1, b, a2 = CppPart("01_x", "a", "v1\n"), CppPart("01_x", "b", "b\n"), CppPart("02_y", "a", "v2\n")
+    assert resolve([a1, b, a2]) == [a2, b]
+
+
+def test_chapter_03_builds_the_revised_fallback_and_later_chapters_only_it():
+    chapter = Chapter.of(3)
+    versions = [p for p in chapter.parts() if p.name == "cpu_fallback"]
+    assert len(versions) == 2 and versions[0].source != versions[1].source
+    through = chapter.parts_through()
+    assert [p.source for p in through if p.name == "cpu_fallback"] == [versions[1].source]
+    # Exercises are never part of the chapter's backend.
+    assert not any(p.is_exercise for p in through)
+    assert set(chapter.exercises()) == {"exercise_log", "exercise_abs", "exercise_add_only"}
+
+
+def test_staging_a_revision_returns_the_diff_against_the_version_it_replaces():
+    chapter = Chapter.of(3)
+    first, second = [p for p in chapter.parts() if p.name == "cpu_fallback"]
+    session = Session()
+    session.start(chapter.stem)
+    assert session.stage("cpu_fallback", first.source) is None  # the first version revises nothing
+    revision = session.stage("cpu_fallback", second.source)
+    assert isinstance(revision, Revision)
+    assert revision.previous == first
+    diff = revision.diff()
+    assert diff.startswith("--- 03_fallback.ipynb[cpu_fallback]\n+++ 03_fallback.ipynb[cpu_fallback]")
+    assert "+std::vector<FallbackCheck>& fallbackChecks() {" in diff
+    assert "```diff" in revision._repr_markdown_()
+    # Running the second cell again shows the same diff (what the book shows does not depend on cell order).
+    assert session.stage("cpu_fallback", second.source).diff() == diff
+    assert [p.source for p in session.parts() if p.name == "cpu_fallback"] == [second.source]
+
+
+def test_exercises_are_built_only_when_named():
+    session = Session()
+    session.start(Chapter.of(3).stem)
+    for part in Chapter.of(3).parts():
+        session.stage(part.name, part.source)
+    assert not any(p.is_exercise for p in session.parts())
+    assert session.parts(["exercise_abs"])[-1].name == "exercise_abs"
+    without_own = session.parts(["exercise_add_only"], own=False)
+    assert "cpu_fallback" not in {p.name for p in without_own}
+    with pytest.raises(LookupError, match="no exercise part 'exercise_nope' is staged"):
+        session.parts(["exercise_nope"])
+
+
+def test_chapter_01_carries_the_device_module_forward():
+    (origin, source), *_ = Chapter.of(1).carried_cells()
+    assert origin.startswith("01_allocator.ipynb[cell ")
+    assert "torch._register_device_module" in source
