@@ -1,9 +1,11 @@
 """A one-line live status for slow steps (compiling), ending in a summary line.
 
 Interactively, the line ticks ("compiling … 4 s") and is then replaced in place
-by the summary. In batch runs (EMBER_BOOK_BATCH=1: executing the notebooks,
-nbval) only the summary is displayed, so the saved output is the same one
-line either way.
+by the summary, followed by what this run did and how long it took
+("✔ … is loaded (compiled in 4.6 s)"). In batch runs (EMBER_BOOK_BATCH=1:
+executing the notebooks, nbval) only the summary is displayed: a saved output
+must hold for every reader, and how long a build took, or whether it came from
+the build cache, differs from one run (and machine) to the next.
 """
 
 from __future__ import annotations
@@ -64,8 +66,13 @@ class Status:
         if self._thread is not None:
             self._thread.join()
 
-    def finish(self, summary: str, show_in_batch: bool = True) -> None:
+    def finish(self, summary: str, show_in_batch: bool = True, detail: str | None = None) -> None:
         """Replace the live line by `summary` (or show it, in batch mode).
+
+        `summary` is what every run of the cell shows: no duration, nothing
+        that depends on the machine or its caches. `detail` ("compiled in
+        4.6 s") is what only this run did; the live line shows it after the
+        summary, in parentheses, and batch mode never does.
 
         One-time machine warm-ups pass show_in_batch=False: whether they happen
         depends on the machine's cache, not on the chapter.
@@ -74,13 +81,13 @@ class Status:
         if self._handle is not None:
             from IPython.display import Pretty
 
-            self._handle.update(Pretty(summary))
+            self._handle.update(Pretty(f"{summary} ({detail})" if detail else summary))
         elif _in_notebook() and show_in_batch:
             from IPython.display import Pretty, display
 
             display(Pretty(summary))
         elif os.environ.get("EMBER_BOOK_VERBOSE") == "1":
-            print(summary, file=sys.stderr)
+            print(f"{summary} ({detail})" if detail else summary, file=sys.stderr)
 
     def __exit__(
         self,

@@ -1,0 +1,295 @@
+"""book.errors: long errors are shown compacted, with the full message one click away and no machine paths.
+
+The messages are real: PyTorch's dispatcher raises them in the test (CPU-only torch has no kernel for
+``gelu`` on a sparse tensor, nor for ``exp`` on a quantized one).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from IPython.core.interactiveshell import InteractiveShell
+from pygments.lexers import get_lexer_by_name
+from pygments.token import Error
+from test_outputs import output_problems
+from traitlets.config import Config
+
+from book import errors
+from book.paths import REPO
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MACHINE_PATH = re.compile(r"(/work/|/tmp/|/root/|/home/|/usr/local/lib/python|/opt/)[\w.-]")
+
+
+def raised(call: Callable[[], Any]) -> BaseException:
+    try:
+        call()
+    except Exception as error:
+        return error
+    raise AssertionError("expected an exception")
+
+
+def sparse_gelu() -> None:
+    F.gelu(torch.eye(3).to_sparse())
+
+
+def quantized_exp() -> None:
+    with warnings.catch_warnings():  # quantized tensor creation is deprecated; still there in 2.13
+        warnings.simplefilter("ignore", UserWarning)
+        q = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
+    q.exp()
+
+
+def rows(message: str) -> dict[str, str]:
+    """The dispatch-table rows of a dispatcher message: key -> whole line."""
+    return {line.split(":", 1)[0]: line for line in message.splitlines() if ": registered at " in line}
+
+
+# --- the message ---------------------------------------------------------------------------------
+
+
+def test_dispatcher_wall_keeps_the_first_sentence_and_the_rows_that_matter() -> None:
+    message = str(raised(sparse_gelu))
+    assert len(message.splitlines()) > 50, "the premise: the dispatcher's message is a wall"
+    compact = errors.compact_message(message)
+    assert compact is not None
+    shown = compact.shown.splitlines()
+    assert shown[0] == "Could not run 'aten::gelu' with arguments from the 'SparseCPU' backend. [...]"
+    assert shown[1].startswith("'aten::gelu' is only available for these backends: [CPU, CUDA, ")
+    assert re.search(r", \.\.\. \(\d+ keys\)\]\.$", shown[1]), shown[1]
+    # SparseCPU has no row (that is the error); CPU has the kernel, AutogradCPU ran first and redispatched.
+    table = rows(message)
+    assert "SparseCPU" not in table
+    assert [line for line in shown if ": registered at " in line] == [table["CPU"], table["AutogradCPU"]]
+    assert "Facebook" not in compact.shown and "CUDA: registered" not in compact.shown
+    total = len(message.rstrip("\n").splitlines())
+    assert compact.total == total
+    assert compact.left_out == total - 4  # the first line, the blank line, two rows
+    assert shown[-1] == f"[{total - 4} of {total} lines left out; the full message is below]"
+    assert len(shown) <= 8
+
+
+def test_the_full_message_is_the_message_with_short_paths() -> None:
+    message = str(raised(sparse_gelu))
+    compact = errors.compact_message(message)
+    assert compact is not None
+    assert compact.full == errors.short_paths(message).rstrip("\n")
+    assert not MACHINE_PATH.search(compact.full) and not MACHINE_PATH.search(compact.shown)
+    # The Meta kernel is registered from torch's Python files: its row names the installed package.
+    assert rows(compact.full)["Meta"].startswith("Meta: registered at <torch>/_meta_registrations.py:")
+
+
+def test_a_quantized_backend_shows_its_dense_backend_and_autograd_rows() -> None:
+    message = str(raised(quantized_exp))
+    compact = errors.compact_message(message)
+    assert compact is not None
+    assert compact.shown.startswith(
+        "Could not run 'aten::exp.out' with arguments from the 'QuantizedCPU' backend."
+    )
+    table = rows(message)
+    shown_rows = [line for line in compact.shown.splitlines() if ": registered at " in line]
+    assert shown_rows == [table[k] for k in table if k in ("CPU", "AutogradCPU")]
+    assert shown_rows, "aten::exp.out has a CPU kernel"
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("PrivateUse1", ["PrivateUse1", "CPU", "AutogradPrivateUse1"]),
+        ("SparsePrivateUse1", ["SparsePrivateUse1", "PrivateUse1", "CPU", "AutogradPrivateUse1"]),
+        ("SparseCsrCPU", ["SparseCsrCPU", "CPU", "AutogradCPU"]),
+        ("AutogradPrivateUse1", ["AutogradPrivateUse1", "PrivateUse1", "CPU"]),
+        ("Meta", ["Meta", "CPU", "AutogradMeta"]),
+    ],
+)
+def test_related_keys(key: str, expected: list[str]) -> None:
+    assert errors.related_keys(key) == expected
+
+
+def test_a_short_message_is_left_whole() -> None:
+    message = str(raised(lambda: torch.zeros(2).reshape(3)))
+    assert errors.compact_message(message) is None
+    assert errors.compact_message("one line") is None
+
+
+def test_a_long_message_of_another_kind_keeps_its_first_lines() -> None:
+    message = "\n".join(f"line {i}" for i in range(30))
+    compact = errors.compact_message(message)
+    assert compact is not None
+    assert compact.shown.splitlines() == [f"line {i}" for i in range(errors.HEAD_LINES)] + [
+        f"[{30 - errors.HEAD_LINES} of 30 lines left out; the full message is below]"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "File \x1b[32m/work/venv/lib/python3.11/site-packages/torch/_tensor.py:564\x1b[39m, in f",
+            "File \x1b[32m<torch>/_tensor.py:564\x1b[39m, in f",
+        ),
+        ("File ../.venv/lib/python3.11/site-packages/torch/x.py:3", "File <torch>/x.py:3"),
+        ("(/opt/conda/lib/python3.11/site-packages/six.py)", "(<site-packages>/six.py)"),
+        ("/usr/local/lib/python3.11/inspect.py:5", "<python>/inspect.py:5"),
+        (f"{REPO}/book/builder.py:3", "book/builder.py:3"),
+        ("/tmp/ipykernel_123/456.py", "<cell>"),
+        ("see /tmp/x/y.txt and /home/u/z", "see .../y.txt and .../z"),
+        (
+            "/__w/pytorch/pytorch/aten/src/ATen/X.cpp:3 [kernel]",
+            "/__w/pytorch/pytorch/aten/src/ATen/X.cpp:3 [kernel]",
+        ),
+        ("https://fburl.com/ptmfixes", "https://fburl.com/ptmfixes"),
+    ],
+)
+def test_short_paths(text: str, expected: str) -> None:
+    assert errors.short_paths(text) == expected
+
+
+def test_short_paths_names_the_build_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EMBER_BOOK_CACHE", str(tmp_path))
+    assert (
+        errors.short_paths(f"{tmp_path}/builds/ember_02/main.cpp:3")
+        == "<ember-cache>/builds/ember_02/main.cpp:3"
+    )
+
+
+# --- the error output, in IPython --------------------------------------------------------------
+
+
+class Recorder:
+    """What the shell shows: the error output (as ipykernel would send it) and displays after it."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str, list[str]]] = []
+        self.displays: list[dict[str, Any]] = []
+        self.order: list[str] = []
+
+
+@pytest.fixture
+def shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[InteractiveShell, Recorder]]:
+    existed = InteractiveShell.initialized()
+    config = Config()
+    config.HistoryManager.enabled = False  # no history database in the home directory
+    ip = InteractiveShell.instance(config=config)
+    ip.InteractiveTB.set_mode("Context")  # what the Jupyter kernel uses
+    record = Recorder()
+
+    def showtraceback(etype: type, evalue: Any, stb: list[str]) -> None:
+        record.errors.append((etype.__name__, str(evalue), stb))
+        record.order.append("error")
+
+    def publish(data: dict[str, Any], metadata: Any = None, **kwargs: Any) -> None:
+        record.displays.append(data)
+        record.order.append("display")
+
+    monkeypatch.setattr(ip, "_showtraceback", showtraceback)
+    monkeypatch.setattr(ip.display_pub, "publish", publish)
+    ip.user_ns.update(torch=torch, F=F)
+    assert errors.install(ip)
+    yield ip, record
+    ip.set_custom_exc((), None)
+    if not existed:
+        InteractiveShell.clear_instance()
+
+
+def test_a_cell_with_a_dispatcher_error_still_fails_with_a_compact_error(
+    shell: tuple[InteractiveShell, Recorder],
+) -> None:
+    ip, record = shell
+    result = ip.run_cell("x = torch.eye(3).to_sparse()\ntorch.nn.GELU()(x)")
+    assert isinstance(result.error_in_exec, NotImplementedError), "the cell fails with the real exception"
+    assert sys.last_value is result.error_in_exec, "%tb and %debug see the real exception"
+    assert record.order == ["error", "display"], "the full message follows the error"
+    ename, evalue, stb = record.errors[0]
+    text = ANSI.sub("", "\n".join(stb))
+    assert ename == "NotImplementedError"
+    compact = errors.compact_message(str(result.error_in_exec))
+    assert compact is not None and evalue == compact.shown
+    assert text.endswith(compact.shown)
+    # The cell's frame and the frame that raised, with the two nn.Module frames between them named.
+    assert "Cell In[" in text and "torch.nn.GELU()(x)" in text
+    assert "[... 2 frames left out, in <torch>/nn/modules/module.py]" in text
+    assert "File <torch>/nn/modules/activation.py:" in text and "F.gelu(input" in text
+    assert len(text.splitlines()) < 30, text
+    assert not MACHINE_PATH.search(text)
+    # The book renders error outputs with the ipythontb lexer; a token it cannot lex fails `make book`.
+    assert not [v for t, v in get_lexer_by_name("ipythontb").get_tokens(text) if t is Error]
+
+
+def test_the_full_message_and_every_frame_are_collapsed_html(
+    shell: tuple[InteractiveShell, Recorder],
+) -> None:
+    ip, record = shell
+    result = ip.run_cell("torch.nn.GELU()(torch.eye(3).to_sparse())")
+    (bundle,) = record.displays
+    page = bundle["text/html"]
+    assert page.count('<details class="ember-error-details">') == 2
+    assert "<details open" not in page and " open>" not in page
+    full = errors.short_paths(str(result.error_in_exec)).rstrip("\n")
+    assert "the full message (" in page and f"({len(full.splitlines())} lines)" in page
+    assert errors.html.escape(full) in page
+    assert "the whole traceback (4 frames)" in page and "&lt;torch&gt;/nn/modules/module.py" in page
+    assert not MACHINE_PATH.search(page)
+    assert len(bundle["text/plain"].splitlines()) == 1
+
+
+def test_a_short_error_is_shown_whole(shell: tuple[InteractiveShell, Recorder]) -> None:
+    ip, record = shell
+    result = ip.run_cell("torch.zeros(2).reshape(3)")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    ((ename, evalue, stb),) = record.errors
+    assert (ename, evalue) == ("RuntimeError", str(result.error_in_exec))
+    assert ANSI.sub("", stb[-1]) == f"RuntimeError: {result.error_in_exec}"
+    assert record.displays == []
+
+
+def test_syntax_errors_keep_ipythons_display(shell: tuple[InteractiveShell, Recorder]) -> None:
+    ip, record = shell
+    result = ip.run_cell("1 +")
+    assert isinstance(result.error_before_exec, SyntaxError)
+    assert "SyntaxError" in ANSI.sub("", "\n".join(record.errors[0][2]))
+
+
+def test_an_exception_that_renders_itself_keeps_its_rendering(
+    shell: tuple[InteractiveShell, Recorder],
+) -> None:
+    ip, record = shell
+
+    class Rendered(RuntimeError):
+        def _render_traceback_(self) -> list[str]:
+            return [f"Rendered: see {REPO}/extension/csrc/x.cpp and /tmp/y/z.h"]
+
+    ip.user_ns["Rendered"] = Rendered
+    ip.run_cell("raise Rendered('x')")
+    ((ename, _evalue, stb),) = record.errors
+    assert (ename, stb) == ("Rendered", ["Rendered: see extension/csrc/x.cpp and .../z.h"])
+
+
+# --- end to end: a notebook run by a Jupyter kernel ---------------------------------------------
+
+
+def test_a_notebook_keeps_a_compact_error_and_passes_the_output_rules(tmp_path: Path) -> None:
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import torch\nimport book.errors\n\nbook.errors.install()"),
+        nbformat.v4.new_code_cell("x = torch.eye(3).to_sparse()\ntorch.nn.functional.gelu(x)"),
+    ]
+    notebook.cells[1].metadata["tags"] = ["raises-exception"]
+    NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    error, details = notebook.cells[1].outputs
+    assert error.output_type == "error" and error.ename == "NotImplementedError"
+    assert details.output_type == "display_data" and "<details" in details.data["text/html"]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(notebook, path)
+    assert output_problems(path) == []
