@@ -11,6 +11,7 @@ with ``book.build()``.
 
 from __future__ import annotations
 
+from book import errors
 from book.builder import Build, build, loaded
 from book.cells import SESSION, register_magic
 from book.chapter import Chapter
@@ -45,6 +46,7 @@ def start_chapter(number: int) -> None:
     chapter = Chapter.of(number)
     SESSION.start(chapter.stem)
     register_magic()
+    errors.install()  # long errors compact, the full text one click away; no machine paths
     chapter.replay_earlier(_user_namespace())
 
 

@@ -119,7 +119,7 @@ def test_a_bad_index_fails_like_the_device_guard(chapter01: builder.Build) -> No
         torch.privateuseone.set_device(7)
     with pytest.raises(RuntimeError, match=r"device index 7 is out of range"):
         torch.UntypedStorage(8, device="privateuseone:7")
-    with pytest.raises(ValueError, match="expected a privateuseone device, got 'cpu'"):
+    with pytest.raises(ValueError, match="expected an privateuseone device, got 'cpu'"):
         torch.privateuseone.memory_allocated("cpu")
 
 

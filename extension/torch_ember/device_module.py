@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
 DeviceLike: TypeAlias = torch.device | str | int | None
 
+# torch.cuda's names only; driver_memory_stats, ember's own, is public but not listed.
 __all__ = [
     "current_device",
     "device",
     "device_count",
-    "driver_memory_stats",
     "empty_cache",
     "init",
     "is_available",
@@ -71,7 +71,7 @@ def _device_index(device: DeviceLike) -> int:
     parsed = torch.device(device)
     backend = torch._C._get_privateuse1_backend_name()
     if parsed.type != backend:
-        raise ValueError(f"expected a {backend} device, got {str(parsed)!r}")
+        raise ValueError(f"expected an {backend} device, got {str(parsed)!r}")
     return current_device() if parsed.index is None else parsed.index
 
 

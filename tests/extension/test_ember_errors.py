@@ -10,7 +10,7 @@ import torch
 
 def out_of_range(index: int) -> str:
     """The device guard's message for a bad ember device index (EmberGuard.cpp)."""
-    return rf"ember: device index {index} is out of range: there are 2 ember devices \(0\.\.1\)"
+    return rf"ember driver error: invalid device ordinal: device index {index} is out of range: there are 2 ember devices \(0\.\.1\)"
 
 
 def test_invalid_device_index() -> None:

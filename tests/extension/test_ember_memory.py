@@ -42,9 +42,9 @@ def test_views_do_not_allocate() -> None:
 
 
 def test_empty_tensor_allocates_nothing() -> None:
-    start = torch_ember.memory.driver_memory_stats()
+    start = torch.ember.driver_memory_stats()
     x = torch.empty(0, device="ember")
-    after = torch_ember.memory.driver_memory_stats()
+    after = torch.ember.driver_memory_stats()
     assert after.bytes_in_use == start.bytes_in_use
     assert after.live_allocations == start.live_allocations
     del x
@@ -111,13 +111,13 @@ def test_reserved_equals_allocated_and_empty_cache_is_a_no_op() -> None:
 
 
 def test_driver_counters_track_allocations_and_frees() -> None:
-    before = torch_ember.memory.driver_memory_stats()
+    before = torch.ember.driver_memory_stats()
     tensors = [torch.empty(16, device="ember") for _ in range(3)]
-    during = torch_ember.memory.driver_memory_stats()
+    during = torch.ember.driver_memory_stats()
     assert during.live_allocations == before.live_allocations + 3
     assert during.total_allocations == before.total_allocations + 3
     del tensors
-    after = torch_ember.memory.driver_memory_stats()
+    after = torch.ember.driver_memory_stats()
     assert after.live_allocations == before.live_allocations
     assert after.total_frees == before.total_frees + 3
 
@@ -125,19 +125,23 @@ def test_driver_counters_track_allocations_and_frees() -> None:
 def test_fallback_ops_do_not_leak() -> None:
     a = torch.randn(32, 32).to("ember")
     b = torch.randn(32, 32).to("ember")
-    start = torch_ember.memory.driver_memory_stats()
+    start = torch.ember.driver_memory_stats()
     for _ in range(3):
         c = (a + b) @ a * b
         s = c.sum()
         del c, s
-    end = torch_ember.memory.driver_memory_stats()
+    end = torch.ember.driver_memory_stats()
     assert end.bytes_in_use == start.bytes_in_use
     assert end.live_allocations == start.live_allocations
 
 
 @pytest.mark.parametrize("device", [2, -1, "ember:9"])
 def test_memory_functions_reject_bad_devices(device: int | str) -> None:
-    with pytest.raises(RuntimeError, match=r"ember: device index -?\d+ is out of range"):
+    with pytest.raises(
+        RuntimeError, match=r"ember driver error: invalid device ordinal: device index -?\d+ is out of range"
+    ):
         torch.ember.memory_allocated(device)
-    with pytest.raises(RuntimeError, match=r"ember: device index -?\d+ is out of range"):
+    with pytest.raises(
+        RuntimeError, match=r"ember driver error: invalid device ordinal: device index -?\d+ is out of range"
+    ):
         torch.ember.reset_peak_memory_stats(device)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,7 +35,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 def out_of_range(index: int) -> str:
     """The device guard's message for a bad ember device index (EmberGuard.cpp)."""
-    return rf"ember: device index {index} is out of range: there are 2 ember devices \(0\.\.1\)"
+    return rf"ember driver error: invalid device ordinal: device index {index} is out of range: there are 2 ember devices \(0\.\.1\)"
 
 
 def test_privateuse1_is_renamed_to_ember() -> None:
@@ -43,8 +45,8 @@ def test_privateuse1_is_renamed_to_ember() -> None:
 
 
 def test_device_module_is_torch_ember() -> None:
-    assert torch.ember is torch_ember.ember
-    assert sys.modules["torch.ember"] is torch_ember.ember
+    assert torch.ember is torch_ember.device_module
+    assert sys.modules["torch.ember"] is torch_ember.device_module
     missing = [name for name in CUDA_NAMES if not hasattr(torch.ember, name)]
     assert not missing
     # Each exported name is one torch.cuda also has: we mirror it, we don't invent.
@@ -175,3 +177,17 @@ def test_generated_module_method() -> None:
     for name, parameter in layer.named_parameters():
         assert parameter.is_ember, name
         assert torch.equal(parameter.detach().cpu(), expected[name]), name
+
+
+def test_manual_seed_does_not_warn_about_ember() -> None:
+    # torch.manual_seed seeds the PrivateUse1 device through torch.ember._is_in_bad_fork and
+    # manual_seed_all; without them it warns "Set seed for `ember` device does not take effect".
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.manual_seed(0)
+
+
+def test_the_book_shows_this_device_module() -> None:
+    # The book loads this very file by path (book.device_module()); there is no second copy.
+    assert Path(torch.ember.__file__).name == "device_module.py"
+    assert Path(torch.ember.__file__).parent.name == "torch_ember"

@@ -1,0 +1,104 @@
+"""ember's PrivateUse1 hooks (csrc/runtime/EmberHooks.cpp) in the installed package.
+
+The hooks are what PyTorch asks outside the dispatcher: the autograd engine,
+torch.accelerator, torch.Generator, storage resizing, pinned memory and
+serialization. Device queries are answered from the driver; the rest comes
+through slots that later chapters plug, and an empty slot says what is missing.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+
+def test_ember_is_the_accelerator() -> None:
+    assert torch._C._get_privateuse1_backend_name() == "ember"
+    assert torch.accelerator.current_accelerator() == torch.device("ember")
+    assert torch.accelerator.is_available()
+
+
+def test_device_count_comes_from_the_driver() -> None:
+    assert torch.accelerator.device_count() == 2
+    # The hooks' own answer, not the device module's.
+    assert torch._C._accelerator_hooks_device_count() == 2
+
+
+@pytest.mark.parametrize("index", [1, 0])
+def test_set_and_current_device_round_trip(index: int) -> None:
+    torch.accelerator.set_device_index(index)
+    assert torch.accelerator.current_device_index() == index
+    assert torch.ember.current_device() == index
+    assert torch._C._accelerator_hooks_get_current_device() == index
+
+
+def test_the_hooks_set_the_device_the_guard_reads() -> None:
+    assert torch._C._accelerator_hooks_exchange_device(1) == 0
+    assert torch.accelerator.current_device_index() == 1
+    assert torch._C._accelerator_hooks_maybe_exchange_device(0) == 1
+    assert torch.ember.current_device() == 0
+
+
+def test_an_out_of_range_device_index_is_refused() -> None:
+    message = r"ember .*device index 7 is out of range: there are 2 ember devices \(0\.\.1\)"
+    with pytest.raises(RuntimeError, match=message):
+        torch.accelerator.set_device_index(7)
+    with pytest.raises(RuntimeError, match=message):
+        torch._C._accelerator_hooks_set_current_device(7)
+    assert torch.accelerator.current_device_index() == 0
+
+
+def test_backward_on_ember_matches_cpu() -> None:
+    # Without hooks every backward on an ember tensor fails: the autograd engine
+    # asks the device's hooks before it runs anything.
+    x_cpu = torch.tensor([0.5, -1.0, 2.0, 3.5], requires_grad=True)
+    w_cpu = torch.tensor([2.0, 0.25, -1.5, 1.0])
+    ((x_cpu * w_cpu).sum() + (x_cpu * x_cpu).sum()).backward()
+
+    x = x_cpu.detach().to("ember").requires_grad_()
+    w = w_cpu.to("ember")
+    ((x * w).sum() + (x * x).sum()).backward()
+
+    assert x.grad is not None
+    assert x.grad.device == torch.device("ember:0")
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
+
+
+@pytest.mark.parametrize("device", ["ember", "ember:1"])
+def test_a_generator_needs_chapter_08(device: str) -> None:
+    message = (
+        r"ember: cannot create a random number generator: "
+        r"no random number generator is registered \(chapter 08 adds one\)"
+    )
+    with pytest.raises(RuntimeError, match=message):
+        torch.Generator(device=device)
+
+
+def test_resizing_a_storage_needs_chapter_10() -> None:
+    storage = torch.empty(2, device="ember").untyped_storage()
+    message = r"ember: cannot resize a storage: no storage resize function is registered \(chapter 10 adds one\)"
+    with pytest.raises(RuntimeError, match=message):
+        storage.resize_(16)
+
+
+def test_without_a_pinned_allocator_nothing_is_pinned() -> None:
+    # is_pinned() asks the accelerator's hooks about every CPU tensor: an empty
+    # slot must answer, not fail.
+    assert not torch.empty(4).is_pinned()
+    with pytest.raises(RuntimeError, match=r"ember: cannot allocate pinned host memory"):
+        torch.empty(4, pin_memory=True)
+
+
+def test_serialization_without_backend_metadata() -> None:
+    # The metadata serializers are registered once and forward to empty slots:
+    # an ember tensor has no backend metadata, and torch.save/load still work.
+    x = torch.tensor([1.0, 2.0, 3.0], device="ember:1")
+    assert torch._C._get_tensor_metadata(x) == {}
+    buffer = io.BytesIO()
+    torch.save(x, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert loaded.device == torch.device("ember:1")
+    assert torch.equal(loaded.cpu(), x.cpu())
