@@ -11,10 +11,10 @@ import torch
 
 import book
 from book import builder
-from book.cells import CppPart, parts_in_notebook
-from book.paths import CHAPTERS
+from book.chapter import Chapter
 from book.widgets import dispatch_trace as tr
 from book.widgets import table as t
+from book.widgets import trace_view
 from book.widgets.table_view import DispatchTable
 
 EMBER = "privateuseone"
@@ -23,23 +23,13 @@ TABLE_OPS = ["aten::empty.memory_format", "aten::add.out", "aten::add.Tensor"]
 TABLE_KEYS = ["PrivateUse1", "AutogradPrivateUse1", "CPU"]
 
 
-def chapter_parts(*stems: str) -> list[CppPart]:
-    """The C++ the given chapters show, read from their notebooks (what book.build() compiles)."""
-    return [part for stem in stems for part in parts_in_notebook(CHAPTERS / f"{stem}.ipynb")]
-
-
-UP_TO_01 = ("01_allocator",)
-UP_TO_02 = (*UP_TO_01, "02_minimal_ops")
-UP_TO_03 = (*UP_TO_02, "03_fallback")
-
-
 # Function-scoped on purpose: each test gets the backend it names. Switching is cheap,
 # since a build that was loaded before comes back from the build cache.
 @pytest.fixture
 def before_ember() -> t.Snapshot:
     """Chapter 01's backend (allocator and guard, no operator kernels) and a snapshot of it."""
     gc.collect()
-    builder.build(chapter_parts(*UP_TO_01), chapter="01_allocator")
+    Chapter.of(1).build()
     return book.snapshot(TABLE_OPS)
 
 
@@ -47,8 +37,7 @@ def before_ember() -> t.Snapshot:
 def chapter02() -> Iterator[builder.Build]:
     """The backend as chapter 02 leaves it: the minimal operators."""
     gc.collect()
-    book.register_device_module()
-    yield builder.build(chapter_parts(*UP_TO_02), chapter="02_minimal_ops")
+    yield Chapter.of(2).build()
     gc.collect()
 
 
@@ -56,8 +45,7 @@ def chapter02() -> Iterator[builder.Build]:
 def ember() -> Iterator[builder.Build]:
     """The backend as chapter 03 leaves it: minimal operators and the CPU fallback."""
     gc.collect()
-    book.register_device_module()
-    yield builder.build(chapter_parts(*UP_TO_03), chapter="03_fallback")
+    yield Chapter.of(3).build()
     gc.collect()
 
 
@@ -178,12 +166,18 @@ def test_trace_of_add_on_cpu_goes_through_autograd_to_the_cpu_kernel() -> None:
     trace = book.trace(lambda: torch.add(a, b))
     (call,) = trace.calls
     assert call.name == "aten::add.Tensor"
-    assert call.keys[0] == "AutogradCPU" and "CPU" in call.keys
+    assert call.keys == ["AutogradCPU", "CPU"]  # ADInplaceOrView and BackendSelect: fallthroughs, masked out
+    assert call.masked == ["ADInplaceOrView", "BackendSelect"]
     assert call.passed == ["AutogradCPU"]
-    assert [s.key for s in call.path if s.action == tr.SKIPPED] == ["ADInplaceOrView", "BackendSelect"]
+    assert call.skipped == ["ADInplaceOrView", "BackendSelect"]
     assert call.final is not None and call.final.key == "CPU"
     assert call.kernel == tr.CPU_KERNEL
     assert call.children == []
+    # Where the call entered is computed when it starts; the hop below autograd is reconstructed.
+    assert [(s.key, s.inferred, s.via) for s in call.path if s.action != tr.SKIPPED] == [
+        ("AutogradCPU", False, tr.ENTRY),
+        ("CPU", True, tr.AFTER_AUTOGRAD),
+    ]
 
 
 def test_trace_nests_a_composite_decomposition() -> None:
@@ -207,6 +201,11 @@ def test_trace_in_inference_mode_has_no_autograd_keys() -> None:
     (call,) = trace.calls
     assert not any(k.startswith("Autograd") for k in call.keys)
     assert call.kernel == tr.CPU_KERNEL and call.passed == []
+    # The call entered at its backend: nothing was reconstructed, and neither view claims otherwise.
+    assert call.path[-1].inferred is False and not trace.inferred
+    assert trace.text().splitlines()[-1] == trace_view.LEGEND_SKIPPED
+    body = trace.html().split("</style>", 1)[1]
+    assert "ember-inferred" not in body and "inferred from" not in body
 
 
 def test_trace_of_an_ember_tensor_shows_malloc_and_free(ember: builder.Build) -> None:
@@ -218,6 +217,7 @@ def test_trace_of_an_ember_tensor_shows_malloc_and_free(ember: builder.Build) ->
     (empty,) = trace.calls
     assert empty.name == "aten::empty.memory_format"
     assert [s.key for s in empty.path] == ["BackendSelect", "PrivateUse1"]
+    assert [s.via for s in empty.path] == [tr.ENTRY, tr.BACKEND_SELECT]
     assert empty.kernel == tr.EMBER_KERNEL
     assert [(e.kind, e.bytes, e.device) for e in empty.events] == [("malloc", 16, 0)]
     top_events = [i for i in trace.items if isinstance(i, tr.DeviceEvent)]
@@ -260,7 +260,7 @@ def test_trace_of_copies_shows_h2d_and_d2h(ember: builder.Build) -> None:
     # both copies run at PrivateUse1, the higher of PrivateUse1 and CPU.
     to_device, to_host = trace.find("aten::_to_copy")
     for to_copy in (to_device, to_host):
-        assert to_copy.kernel == tr.COMPOSITE_EXPLICIT
+        assert to_copy.kernel == tr.COMPOSITE_EXPLICIT  # _to_copy is registered at CompositeExplicitAutograd
         assert [s.key for s in to_copy.path if s.action != tr.SKIPPED][-2:] == [
             "BackendSelect",
             "PrivateUse1",
@@ -292,11 +292,19 @@ def test_trace_renders_deterministic_html_and_text(ember: builder.Build) -> None
     rows = len(list(first.walk())) + len(first.all_events())
     assert html.count('class="ember-trace-row') == rows
     assert "ember-badge ember-k-ember" in html and "ember-event" in html
+    # Inferred steps are marked, and both views explain the mark.
+    assert (
+        html.count("ember-chip ember-passed ember-inferred")
+        + html.count("ember-chip ember-ran ember-inferred")
+        == sum(1 for c in first.walk() for s in c.path if s.inferred and s.action != tr.SKIPPED) + 1
+    )  # + the legend's sample chip
+    assert "inferred from the dispatch table" in html
     text = first.text()
     assert "aten::linear  AutogradCPU  ⇒ CompositeImplicitAutograd" in text
     assert re.search(
-        r"aten::empty\.memory_format  BackendSelect → PrivateUse1  ⇒ ember kernel  02_minimal_ops", text
+        r"aten::empty\.memory_format  BackendSelect → PrivateUse1\*  ⇒ ember kernel  02_minimal_ops", text
     )
+    assert text.splitlines()[-1] == f"{trace_view.LEGEND_SKIPPED} · {trace_view.LEGEND_INFERRED}"
     assert "▪ malloc 16 B on privateuseone:0" in text and "▪ free 16 B on privateuseone:0" in text
     assert not re.search(r"0x[0-9a-f]{6,}|\d+\.\d+ ?(s|ms|us)\b|thread", text + html)
 

@@ -14,9 +14,13 @@
 // RecordFunction in Dispatcher::call and callBoxed, never in redispatch: the
 // probe sees each operator call once, with the arguments it was called with,
 // and each nested call a kernel makes, but not the hops from one dispatch key
-// to the next within a call. For each call it records the dispatch key set the
-// dispatcher computed from those arguments; Python walks that set through the
-// operator's dispatch table to recover the hops (book/widgets/dispatch_trace.py).
+// to the next within a call. For each call it records, as raw DispatchKeySet
+// bits, the key set the dispatcher starts from (the arguments' keys plus the
+// thread-local included keys, minus the excluded ones), taken while the call
+// starts, so under the same thread-local state. Python masks out the
+// operator's fallthrough keys, as DispatchKeyExtractor does, and reconstructs
+// the redispatches from the operator's dispatch table
+// (book/widgets/dispatch_trace.py).
 //
 // Device events come from the ember driver's event callback (emSetEventCallback),
 // which the probe owns while it records.
@@ -113,8 +117,12 @@ c10::DispatchKeySet argument_keys(c10::ArrayRef<const c10::IValue> inputs,
 
 // What the dispatcher computes when it is called (Dispatcher::call and
 // callBoxed): the arguments' keys, then thread-local include/exclude, as
-// c10::impl::computeDispatchKeySet does. (It also masks out the keys where the
-// operator has a fallthrough; Python does that step, from the dispatch table.)
+// c10::impl::computeDispatchKeySet does. It then masks out the keys where the
+// operator has a fallthrough (DispatchKeyExtractor's nonFallthroughKeys_, not
+// reachable from outside): Python does that step, from the computed dispatch
+// table. Generators count, as in the unboxed call (MultiDispatchKeySet); the
+// boxed extractor ignores them, which changes nothing for a CPU generator
+// next to tensors.
 c10::DispatchKeySet dispatch_keys(c10::ArrayRef<const c10::IValue> inputs) {
   const c10::impl::LocalDispatchKeySet local =
       c10::impl::tls_local_dispatch_key_set();
@@ -183,14 +191,11 @@ std::optional<c10::DispatchKeySet> backend_select_keys(
           c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect));
 }
 
-// A key set as a JSON array of runtime key names, highest priority first
-// (DispatchKeySet iterates from the lowest).
-std::string key_list(c10::DispatchKeySet keys) {
-  std::string listed;
-  for (const c10::DispatchKey key : keys) {
-    listed = quoted(c10::toString(key)) + (listed.empty() ? "" : ",") + listed;
-  }
-  return "[" + listed + "]";
+// A key set as its raw bits (a JSON integer): Python rebuilds it exactly with
+// torch._C.DispatchKeySet.from_raw_repr. A list of key names would lose the
+// bits that name no runtime key (a functionality with no backend bit).
+std::string raw_keys(c10::DispatchKeySet keys) {
+  return std::to_string(keys.raw_repr());
 }
 
 // Marks a call the probe recorded, so the end callback knows to close it.
@@ -205,10 +210,10 @@ std::unique_ptr<at::ObserverContext> on_call(const at::RecordFunction& fn) {
       ",\"overload\":" + quoted(name->overload_name) +
       ",\"depth\":" + std::to_string(recording->depth);
   const c10::DispatchKeySet keys = dispatch_keys(fn.inputs());
-  record += ",\"keys\":" + key_list(keys);
+  record += ",\"keys\":" + raw_keys(keys);
   if (keys.has(c10::DispatchKey::BackendSelect)) {
     if (const auto redispatch = backend_select_keys(*name, fn.inputs())) {
-      record += ",\"backend_select\":" + key_list(*redispatch);
+      record += ",\"backend_select\":" + raw_keys(*redispatch);
     }
   }
   record += "}";

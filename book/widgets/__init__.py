@@ -4,19 +4,56 @@
   dispatcher holds for some operators at some dispatch keys (``snapshot(ops)``
   records it, ``since=`` shows only what changed after). Data: `table.entry`.
 * ``trace(fn)``: runs fn and shows each operator call, the keys it was
-  dispatched through, the kernel that ran, and the ember device's mallocs,
-  frees, copies and launches. Data: the returned `trace.Trace`.
+  dispatched through (where it entered, observed; the redispatches after
+  that, inferred from the dispatch table and marked so), the kernel that ran,
+  and the ember device's mallocs, frees, copies and launches. Data:
+  `dispatch_trace` (the returned object is a `Trace`); views: `trace_view`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from book.widgets.dispatch_trace import Trace, trace
+from book.widgets.dispatch_trace import (
+    BACKEND_FALLBACK,
+    COMPOSITE_EXPLICIT,
+    COMPOSITE_EXPLICIT_NF,
+    COMPOSITE_IMPLICIT,
+    CPU_KERNEL,
+    EMBER_KERNEL,
+    MISSING,
+    OTHER_KERNEL,
+    Call,
+    DeviceEvent,
+    Step,
+    Trace,
+)
 from book.widgets.table import Entry, Snapshot, entry, snapshot
 from book.widgets.table_view import DispatchTable
+from book.widgets.trace_view import DispatchTrace, trace
 
-__all__ = ["DispatchTable", "Entry", "Snapshot", "Trace", "entry", "show_table", "snapshot", "trace"]
+__all__ = [
+    "BACKEND_FALLBACK",
+    "COMPOSITE_EXPLICIT",
+    "COMPOSITE_EXPLICIT_NF",
+    "COMPOSITE_IMPLICIT",
+    "CPU_KERNEL",
+    "EMBER_KERNEL",
+    "MISSING",
+    "OTHER_KERNEL",
+    "Call",
+    "DeviceEvent",
+    "DispatchTable",
+    "DispatchTrace",
+    "Entry",
+    "Snapshot",
+    "Step",
+    "Trace",
+    "entry",
+    "show_table",
+    "snapshot",
+    "trace",
+]
 
 
 def show_table(

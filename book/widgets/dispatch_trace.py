@@ -1,40 +1,64 @@
-"""The dispatch trace: `book.trace(fn)` runs fn and shows what the dispatcher did.
+"""The dispatch trace's model: what one run of a function made the dispatcher and the driver do.
 
-Each aten operator call appears, nested as it happened, with
+``record(fn)`` runs fn under the probe (book/cpp/trace_probe.cpp) and returns
+a `Trace`: each aten operator call, nested as it happened, with
 
-* the dispatch key set the dispatcher computed for it: the union of its tensor
-  (and generator) arguments' key sets, plus the thread-local included keys, minus the excluded
-  ones (what ``c10::impl::computeDispatchKeySet`` does), recorded in C++ by the
-  probe (book/cpp/trace_probe.cpp) through an ``at::RecordFunction`` callback;
-* its path through the operator's dispatch table, read from the live
-  dispatcher (``torch._C._dispatch_dump_table``): keys whose entry is a
-  fallthrough are skipped, wrapper kernels that redispatch to the keys below
-  them (autograd, ADInplaceOrView) are passed through, a BackendSelect kernel
-  hands over to the key set it computes from the call's dtype/layout/device
-  (and tensor) arguments (the probe computes it the same way), and the
-  first other entry is the kernel that ran: an ember kernel, a backend fallback
-  (e.g. ember's CPU fallback), a composite decomposition, a CPU kernel;
+* ``keys``: the dispatch key set ``Dispatcher::call`` looked up, computed the
+  way ``c10::DispatchKeyExtractor`` does: the union of the key sets of the
+  call's tensor (and generator) arguments, plus the thread-local included
+  keys, minus the thread-local excluded ones (the probe takes this in C++
+  while the call starts), then masked by the operator's non-fallthrough keys
+  (from the live computed table, ``torch._C._dispatch_dump_table``; per
+  backend, as ``nonFallthroughKeysPerBackend_``). Its highest key is where the
+  call *entered*;
+* ``path``: the keys the call went through. From the entry key on, every
+  kernel PyTorch is known to redispatch from hands a smaller key set to the
+  next lookup, exactly as the C++ does:
+
+  - an autograd kernel (the generated VariableType kernels, the autograd
+    fallback for operators without one): ``ks & c10::after_autograd_keyset``,
+    every autograd key gone, so a call on an ember tensor and a CPU tensor
+    visits ``AutogradPrivateUse1`` and never ``AutogradCPU``
+    (tools/autograd/gen_variable_type.py, torch/csrc/autograd/VariableTypeManual.cpp,
+    torch/csrc/autograd/autograd_not_implemented_fallback.cpp);
+  - an ADInplaceOrView kernel: ``ks & c10::after_ADInplaceOrView_keyset``
+    (gen_inplace_or_view_type.py);
+  - a BackendSelect kernel: a new key set from the call's dtype/layout/device
+    and tensors (generated RegisterBackendSelect.cpp; the probe computes it the
+    same way);
+  - the PythonTLSSnapshot and PreDispatch fallbacks (PythonFallbackKernel.cpp)
+    and the Conjugate, Negative and ZeroTensor fallbacks (MathBitsFallback.h,
+    ZeroTensorFallback.cpp): ``ks & DispatchKeySet(FULL_AFTER, key)``.
+
+  Keys whose entry is a fallthrough were masked out before the lookup; the
+  path lists them as SKIPPED where they would have been. Any other kernel is
+  the one that RAN: an ember kernel, a backend fallback (e.g. ember's CPU
+  fallback), a composite kernel (named after the alias key it was registered
+  at: CompositeImplicitAutograd, CompositeExplicitAutograd or
+  CompositeExplicitAutogradNonFunctional), a CPU kernel, an autocast wrapper
+  (it calls the operator again, which appears nested)...;
 * the device allocations, frees, copies and kernel launches the ember driver
   performed, where they happened (the driver's event callback).
 
-What this can and cannot see:
+What is observed and what is inferred:
 
 * RecordFunction runs in ``Dispatcher::call`` (and ``callBoxed``), never in
-  ``Dispatcher::redispatch``: a call is recorded once, with the key set it
-  started with. The hops from key to key are reconstructed from the dispatch
-  table, not observed. The operators a kernel calls (a composite's
-  decomposition, the CPU fallback's CPU calls) are separate calls and appear
-  nested under it.
+  ``Dispatcher::redispatch``: the probe sees each call once, where it enters.
+  Every step after the entry key is *inferred* from the dispatch table and the
+  redispatch rules above (``Step.inferred``), not observed; the views say so.
+  The operators a kernel calls (a composite's decomposition, the CPU
+  fallback's CPU calls) are separate calls, observed, and appear nested.
 * A few operators are not observed by RecordFunction at all (``aten::size``,
   ``aten::is_leaf``, ... see ``c10::ObservedOperators``), and only the calling
   thread is recorded.
 * PyTorch's own ``TORCH_SHOW_DISPATCH_TRACE=1`` prints nothing on the 2.13.0
   release wheel: Dispatcher.h compiles its trace points only under
   ``#if defined(HAS_TORCH_SHOW_DISPATCH_TRACE) || !defined(NDEBUG)``, and the
-  wheel is built with NDEBUG and without that macro. This trace is built from
-  RecordFunction, the dispatch table and the driver's events instead.
+  wheel is built with NDEBUG and without that macro.
 * While it records, the probe owns the ember driver's one event callback
   (``emSetEventCallback``).
+
+The views (text and HTML) are in `book.widgets.trace_view`.
 """
 
 from __future__ import annotations
@@ -45,29 +69,46 @@ from typing import Any
 
 import torch
 
+from book.widgets import keysets
 from book.widgets import table as t
-from book.widgets.html import OURS, esc, style
 
-# Call.kernel: what finally ran.
+# Call.kernel: what finally ran. Composite kernels are named after their alias key.
 EMBER_KERNEL = "ember kernel"  # a kernel registered by the book (a notebook cell or extension/csrc)
 BACKEND_FALLBACK = "backend fallback"  # the final key's backend fallback, e.g. ember's CPU fallback
-COMPOSITE_IMPLICIT = "CompositeImplicitAutograd"  # a decomposition: its calls are nested below
-COMPOSITE_EXPLICIT = "CompositeExplicitAutograd"  # (or ...NonFunctional) likewise
+COMPOSITE_IMPLICIT = t.CIA  # a decomposition: its calls are nested below
+COMPOSITE_IMPLICIT_NESTED = "CompositeImplicitAutogradNestedTensor"
+COMPOSITE_EXPLICIT = t.CEA  # likewise, registered at CompositeExplicitAutograd
+COMPOSITE_EXPLICIT_NF = t.CEA_NF  # likewise, at CompositeExplicitAutogradNonFunctional
+COMPOSITES = (COMPOSITE_IMPLICIT, COMPOSITE_IMPLICIT_NESTED, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NF)
 CPU_KERNEL = "CPU kernel"
-OTHER_KERNEL = "kernel"  # a kernel at another key (Meta, Python, ...)
+OTHER_KERNEL = "kernel"  # a kernel at another key (Meta, Python, AutocastCPU, ...)
 MISSING = "no kernel"  # nothing to run: the call raised NotImplementedError
 
 # Step.action
-SKIPPED = "skipped"  # a fallthrough entry
-PASSED = "passed"  # a wrapper kernel that redispatched below itself
+SKIPPED = "skipped"  # a fallthrough entry: masked out of the key set, never visited
+PASSED = "passed"  # a kernel that redispatched below itself
 RAN = "ran"  # the kernel that did the work
 
-# Keys whose kernels are known to redispatch to the keys below them rather than
-# do the work: autograd (the generated VariableType kernels), ADInplaceOrView,
-# PythonTLSSnapshot. BackendSelect kernels redispatch too, with a key set of
-# their own (see `resolve`).
-_WRAPPER_PROVENANCE = {"autograd kernel"}
-_WRAPPER_KEYS = {"ADInplaceOrView", "PythonTLSSnapshot"}
+# Step.via: how the dispatcher came to look this key up.
+ENTRY = "entry"  # Dispatcher::call, from the call's own key set (see Call.keys)
+AFTER_AUTOGRAD = "after_autograd_keyset"  # an autograd kernel's redispatch
+AFTER_AD_INPLACE_OR_VIEW = "after_ADInplaceOrView_keyset"  # an ADInplaceOrView kernel's redispatch
+BACKEND_SELECT = "BackendSelect"  # the key set a BackendSelect kernel computes
+FULL_AFTER = "FULL_AFTER"  # ks & DispatchKeySet(FULL_AFTER, key): a fallback that redispatches below itself
+
+# Where PyTorch registers the kernels that redispatch (normalized table locations).
+_AUTOGRAD_KERNELS = "torch/csrc/autograd/"  # generated VariableType*.cpp and VariableTypeManual.cpp
+_AUTOGRAD_FALLBACK = "aten/src/ATen/core/VariableFallbackKernel.cpp"
+_AD_INPLACE_OR_VIEW_KERNELS = (
+    "torch/csrc/autograd/"  # generated ADInplaceOrViewType*.cpp, VariableTypeManual.cpp
+)
+_FULL_AFTER_FALLBACKS = {
+    "PythonTLSSnapshot": "aten/src/ATen/core/PythonFallbackKernel.cpp",
+    "PreDispatch": "aten/src/ATen/core/PythonFallbackKernel.cpp",
+    "Conjugate": "aten/src/ATen/ConjugateFallback.cpp",
+    "Negative": "aten/src/ATen/native/NegateFallback.cpp",
+    "ZeroTensor": "aten/src/ATen/ZeroTensorFallback.cpp",
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +118,10 @@ class Step:
     key: str
     entry: t.Entry
     action: str  # SKIPPED, PASSED or RAN
+    inferred: bool  # reached by a redispatch: reconstructed from the table, not observed
+    via: str = ENTRY  # ENTRY or the redispatch rule that led here (AFTER_AUTOGRAD, ...)
+    keys: tuple[str, ...] = ()  # the key set looked up at this step, highest first (() if SKIPPED)
+    after: str | None = None  # the key whose kernel redispatched to this step (None at the entry)
 
 
 @dataclass
@@ -109,10 +154,21 @@ class Call:
     """One operator call, as the dispatcher saw it."""
 
     name: str  # "aten::add.Tensor"
-    keys: list[str]  # the dispatch key set it was called with, highest priority first
-    path: list[Step]  # those keys as dispatch visited them; the last one RAN
-    kernel: str  # what finally ran: EMBER_KERNEL, BACKEND_FALLBACK, ... (see module constants)
+    keys: list[str]  # the key set Dispatcher::call looked up, highest priority first
+    masked: list[str]  # keys of the arguments and TLS that the operator's fallthroughs masked out
+    path: list[Step]  # the keys dispatch went through; the last one RAN
+    kernel: str  # what finally ran: EMBER_KERNEL, BACKEND_FALLBACK, an alias key, ... (module constants)
     children: list[Call | DeviceEvent] = field(default_factory=list)  # in the order they happened
+
+    @property
+    def entered(self) -> str:
+        """The key the call entered at: the highest of `keys`."""
+        return next(s.key for s in self.path if s.action != SKIPPED)
+
+    @property
+    def visited(self) -> list[str]:
+        """The keys whose kernels ran, in order: those that redispatched, then the one that did the work."""
+        return [s.key for s in self.path if s.action != SKIPPED]
 
     @property
     def final(self) -> Step | None:
@@ -122,6 +178,10 @@ class Call:
     def passed(self) -> list[str]:
         """Keys whose kernels ran and redispatched (fallthroughs excluded)."""
         return [s.key for s in self.path if s.action == PASSED]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [s.key for s in self.path if s.action == SKIPPED]
 
     @property
     def calls(self) -> list[Call]:
@@ -138,13 +198,83 @@ class Call:
             yield from child.walk()
 
 
-def _is_wrapper(key: str, entry: t.Entry) -> bool:
-    if entry.kind == t.ALIAS and entry.provenance in _WRAPPER_PROVENANCE:
-        return True
-    return key in _WRAPPER_KEYS and entry.kind in (t.KERNEL, t.FALLBACK)
+def redispatch_rule(key: str, entry: t.Entry) -> str | None:
+    """The rule by which the kernel at `key` redispatches below itself, or None if it does the work."""
+    where = entry.location or ""
+    if entry.kind in (t.FALLTHROUGH, t.NOTHING):
+        return None
+    if keysets.is_autograd(key):
+        generated = (
+            entry.kind == t.ALIAS and entry.alias == "Autograd" and where.startswith(_AUTOGRAD_KERNELS)
+        )
+        fallback = entry.kind == t.FALLBACK and where.startswith(_AUTOGRAD_FALLBACK)
+        return AFTER_AUTOGRAD if generated or fallback else None
+    if key == "ADInplaceOrView" and entry.kind == t.KERNEL and where.startswith(_AD_INPLACE_OR_VIEW_KERNELS):
+        return AFTER_AD_INPLACE_OR_VIEW
+    if key == "BackendSelect" and entry.kind == t.KERNEL:
+        return BACKEND_SELECT
+    fallback_file = _FULL_AFTER_FALLBACKS.get(key)
+    if fallback_file and entry.kind == t.FALLBACK and where.startswith(fallback_file):
+        return FULL_AFTER
+    return None
 
 
-def _kernel_kind(step: Step) -> str:
+def _redispatch_mask(rule: str, key: str) -> keysets.KeySet:
+    if rule == AFTER_AUTOGRAD:
+        return keysets.AFTER_AUTOGRAD
+    if rule == AFTER_AD_INPLACE_OR_VIEW:
+        return keysets.AFTER_AD_INPLACE_OR_VIEW
+    return keysets.full_after(key)
+
+
+def dispatch_keys(table: dict[str, t.Entry], candidates: keysets.KeySet) -> keysets.KeySet:
+    """The key set Dispatcher::call looks up: `candidates` masked by the operator's fallthroughs."""
+    return candidates & keysets.fallthrough_mask(
+        candidates, lambda k: table.get(k, t.NONE_ENTRY).kind == t.FALLTHROUGH
+    )
+
+
+def resolve(
+    table: dict[str, t.Entry], candidates: keysets.KeySet, backend_select: keysets.KeySet | None = None
+) -> list[Step]:
+    """The path of a call through an operator's computed table.
+
+    `candidates` is the key set the call started from (arguments' keys plus
+    thread-local included, minus excluded); `backend_select` the key set the
+    operator's BackendSelect kernel redispatches with, as the probe computed
+    it (None if the operator has none).
+    """
+    keys = dispatch_keys(table, candidates)
+    present = candidates  # what `keys` would be without the fallthrough mask
+    path: list[Step] = []
+    via: str = ENTRY
+    inferred, previous = False, None
+    # Each redispatch removes at least the key it leaves, so the walk is short.
+    for _ in range(len(keysets.names(keysets.FULL)) + 1):
+        current = keysets.highest(keys)
+        for masked in keysets.masked_between(present, keys, previous, current):
+            path.append(Step(masked, table.get(masked, t.NONE_ENTRY), SKIPPED, inferred, via, (), previous))
+        entry = table.get(current, t.NONE_ENTRY)
+        rule = redispatch_rule(current, entry)
+        if rule == BACKEND_SELECT and backend_select is None:
+            rule = None  # the probe could not compute it: show the BackendSelect kernel as what ran
+        looked_up = tuple(keysets.names(keys))
+        if rule is None:
+            path.append(Step(current, entry, RAN, inferred, via, looked_up, previous))
+            return path
+        path.append(Step(current, entry, PASSED, inferred, via, looked_up, previous))
+        if rule == BACKEND_SELECT:
+            assert backend_select is not None
+            keys = present = backend_select
+        else:
+            mask = _redispatch_mask(rule, current)
+            keys, present = keys & mask, present & mask
+        via, inferred, previous = rule, True, current
+    raise RuntimeError(f"book.trace: the dispatch path from {keysets.names(candidates)} does not end")
+
+
+def kernel_kind(step: Step) -> str:
+    """What ran at the final step: EMBER_KERNEL, BACKEND_FALLBACK, an alias key, CPU_KERNEL, ..."""
     entry = step.entry
     if entry.kind == t.NOTHING:
         return MISSING
@@ -152,48 +282,15 @@ def _kernel_kind(step: Step) -> str:
         return EMBER_KERNEL
     if entry.kind == t.FALLBACK:
         return BACKEND_FALLBACK
-    if entry.kind == t.ALIAS and entry.alias in (t.CIA, "CompositeImplicitAutogradNestedTensor"):
-        return COMPOSITE_IMPLICIT
-    if entry.kind == t.ALIAS and entry.alias in (t.CEA, t.CEA_NF):
-        return COMPOSITE_EXPLICIT
-    if step.key == "CPU":
+    if entry.kind == t.ALIAS and entry.alias in COMPOSITES:
+        return entry.alias
+    if step.key == "CPU" and entry.kind == t.KERNEL:
         return CPU_KERNEL
     return OTHER_KERNEL
 
 
-def resolve(
-    table: dict[str, t.Entry], keys: list[str], backend_select: list[str] | None = None
-) -> list[Step]:
-    """Walk a key set (highest priority first) through an operator's computed table.
-
-    `backend_select` is the key set a BackendSelect kernel redispatches with,
-    as the probe computed it from the call's dtype/layout/device and tensors.
-    """
-    path: list[Step] = []
-    pending = list(keys)
-    while pending:
-        key = pending.pop(0)
-        entry = table.get(key, t.NONE_ENTRY)
-        if entry.kind == t.FALLTHROUGH:
-            path.append(Step(key, entry, SKIPPED))
-            continue
-        if key == "BackendSelect" and entry.kind == t.KERNEL and backend_select is not None:
-            path.append(Step(key, entry, PASSED))
-            pending = list(backend_select)
-            continue
-        if key != "BackendSelect" and _is_wrapper(key, entry):
-            path.append(Step(key, entry, PASSED))
-            continue
-        path.append(Step(key, entry, RAN))
-        return path
-    # Every key was skipped: the dispatcher uses the Undefined entry.
-    entry = table.get("Undefined", t.NONE_ENTRY)
-    path.append(Step("Undefined", entry, RAN))
-    return path
-
-
 class Trace:
-    """What `fn` made the dispatcher and the ember driver do. Displays itself.
+    """What `fn` made the dispatcher and the ember driver do (the model; views in trace_view).
 
     ``items`` holds the top-level calls and device events in order; ``calls``
     the top-level calls; ``walk()`` every call, depth first; ``all_events()``
@@ -229,17 +326,10 @@ class Trace:
         """Every call of `name` ("aten::add.Tensor", or "aten::add" for any overload)."""
         return [c for c in self.walk() if c.name == name or c.name.split(".")[0] == name]
 
-    def text(self) -> str:
-        return render_text(self)
-
-    def html(self) -> str:
-        return render_html(self)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/plain": self.text(), "text/html": self.html()}
+    @property
+    def inferred(self) -> bool:
+        """Whether any step of any call was reconstructed from the dispatch table."""
+        return any(s.inferred and s.action != SKIPPED for c in self.walk() for s in c.path)
 
 
 def build(records: list[dict[str, Any]], device_type: str | None = None) -> Trace:
@@ -255,8 +345,18 @@ def build(records: list[dict[str, Any]], device_type: str | None = None) -> Trac
             name = record["name"] + (f".{record['overload']}" if record["overload"] else "")
             if name not in tables:
                 tables[name] = t.parse_table(name)
-            path = resolve(tables[name], record["keys"], record.get("backend_select"))
-            call = Call(name, list(record["keys"]), path, _kernel_kind(path[-1]))
+            table = tables[name]
+            candidates = keysets.from_raw(record["keys"])
+            selected = record.get("backend_select")
+            path = resolve(table, candidates, None if selected is None else keysets.from_raw(selected))
+            looked_up = dispatch_keys(table, candidates)
+            call = Call(
+                name,
+                keysets.names(looked_up),
+                keysets.masked_between(candidates, looked_up, None, "Undefined"),
+                path,
+                kernel_kind(path[-1]),
+            )
             (stack[-1].children if stack else top).append(call)
             stack.append(call)
         elif kind == "end":
@@ -274,184 +374,16 @@ def build(records: list[dict[str, Any]], device_type: str | None = None) -> Trac
     return Trace(top, device_type or torch._C._get_privateuse1_backend_name())
 
 
-def trace(fn: Callable[[], object]) -> Trace:
-    """Run ``fn()`` and return what the dispatcher and the ember driver did.
+def record(fn: Callable[[], object]) -> Trace:
+    """Run ``fn()`` and return what the dispatcher and the ember driver did (the model only).
 
     The trace records the calling thread only. ``fn``'s return value is dropped
     before the recording stops, so memory it would hand back is freed inside
     the trace (the free shows up as the last event) and no device memory
-    outlives it. If ``fn`` raises, the exception propagates (no trace is shown).
-    See this module's docstring for what the trace can and cannot see.
+    outlives it. If ``fn`` raises, the exception propagates.
     """
     from book.widgets.probe import Recorder
 
     with Recorder() as recorder:
         fn()  # the result is dropped here, inside the recording
     return build(recorder.records)
-
-
-# ---- rendering ---------------------------------------------------------------
-
-
-def _path_text(call: Call) -> str:
-    parts = []
-    for step in call.path:
-        parts.append(f"({step.key})" if step.action == SKIPPED else step.key)
-    return " → ".join(parts)
-
-
-def _badge_text(call: Call) -> str:
-    final = call.path[-1]
-    if call.kernel == EMBER_KERNEL:
-        return f"ember kernel  {final.entry.location}"
-    if call.kernel == BACKEND_FALLBACK:
-        where = f"  {final.entry.location}" if final.entry.ours else ""
-        return f"{final.key} backend fallback{where}"
-    if call.kernel == OTHER_KERNEL:
-        return f"{final.key} kernel"
-    if call.kernel == MISSING:
-        return f"no kernel for {final.key}"
-    return call.kernel
-
-
-def render_text(trace: Trace) -> str:
-    """A deterministic tree: one line per call or device event."""
-    lines = ["dispatch trace: operator  key path, (fallthrough keys skipped)  ⇒ what ran"]
-
-    def visit(items: list[Call | DeviceEvent], prefix: str) -> None:
-        for i, item in enumerate(items):
-            last = i == len(items) - 1
-            branch = "└─ " if last else "├─ "
-            if isinstance(item, DeviceEvent):
-                lines.append(f"{prefix}{branch}▪ {item.text(trace.device_type)}")
-                continue
-            lines.append(f"{prefix}{branch}{item.name}  {_path_text(item)}  ⇒ {_badge_text(item)}")
-            visit(item.children, prefix + ("   " if last else "│  "))
-
-    visit(trace.items, "")
-    if not trace.items:
-        lines.append("(no operator calls and no device events)")
-    return "\n".join(lines)
-
-
-_BADGE_CLASS = {
-    EMBER_KERNEL: "ember-k-ember",
-    BACKEND_FALLBACK: "ember-k-fallback",
-    COMPOSITE_IMPLICIT: "ember-k-composite",
-    COMPOSITE_EXPLICIT: "ember-k-composite",
-    CPU_KERNEL: "ember-k-cpu",
-    OTHER_KERNEL: "ember-k-other",
-    MISSING: "ember-k-missing",
-}
-
-_CSS = f"""
-.ember-trace {{ font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 13px; color: #111827;
-  background: #ffffff; margin: 4px 0; overflow-x: auto; }}
-.ember-trace .ember-title {{ font-weight: 600; margin: 2px 0 6px 0; }}
-.ember-trace details > details, .ember-trace details > .ember-leaf {{ margin-left: 18px; }}
-.ember-trace summary {{ cursor: pointer; list-style: none; }}
-.ember-trace summary::-webkit-details-marker {{ display: none; }}
-.ember-trace summary::before {{ content: "▾"; display: inline-block; width: 14px; color: #6b7280; }}
-.ember-trace details:not([open]) > summary::before {{ content: "▸"; }}
-.ember-trace .ember-leaf::before {{ content: ""; display: inline-block; width: 14px; }}
-.ember-trace .ember-trace-row {{ padding: 2px 0; white-space: nowrap; }}
-.ember-trace .ember-op {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-weight: 600;
-  margin-right: 8px; }}
-.ember-trace .ember-chip {{ display: inline-block; border: 1px solid #9ca3af; border-radius: 9px;
-  padding: 0 7px; margin-right: 3px; font-size: 12px; background: #f9fafb; color: #374151; }}
-.ember-trace .ember-chip.ember-passed {{ background: #ede9fe; border-color: #a78bfa; color: #4c1d95; }}
-.ember-trace .ember-chip.ember-skipped {{ background: #ffffff; border-style: dashed; color: #9ca3af;
-  text-decoration: line-through; }}
-.ember-trace .ember-chip.ember-ran {{ background: #1f2937; border-color: #1f2937; color: #ffffff; }}
-.ember-trace .ember-arrow {{ color: #9ca3af; margin: 0 3px 0 0; }}
-.ember-trace .ember-badge {{ display: inline-block; border-radius: 4px; padding: 0 7px; margin-left: 6px;
-  font-size: 12px; font-weight: 600; }}
-.ember-trace .ember-k-ember {{ background: {OURS}; color: #ffffff; }}
-.ember-trace .ember-k-fallback {{ background: #fef3c7; color: #78350f; border: 1px solid #f59e0b; }}
-.ember-trace .ember-k-composite {{ background: #ede9fe; color: #4c1d95; border: 1px solid #a78bfa; }}
-.ember-trace .ember-k-cpu {{ background: #dbeafe; color: #1e3a8a; border: 1px solid #60a5fa; }}
-.ember-trace .ember-k-other {{ background: #e5e7eb; color: #1f2937; border: 1px solid #9ca3af; }}
-.ember-trace .ember-k-missing {{ background: #fee2e2; color: #991b1b; border: 1px solid #f87171; }}
-.ember-trace .ember-where {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 11px;
-  color: #6b7280; margin-left: 6px; }}
-.ember-trace .ember-event {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12px;
-  color: #065f46; }}
-.ember-trace .ember-event .ember-event-kind {{ display: inline-block; min-width: 4.5em; font-weight: 700;
-  background: #d1fae5; border: 1px solid #34d399; border-radius: 3px; padding: 0 5px; margin-right: 6px; }}
-.ember-trace .ember-legend {{ margin-top: 6px; font-size: 12px; color: #374151; }}
-"""
-
-
-def _chips_html(call: Call) -> str:
-    chips = []
-    for i, step in enumerate(call.path):
-        if i:
-            chips.append('<span class="ember-arrow">→</span>')
-        chips.append(
-            f'<span class="ember-chip ember-{step.action}" title="{esc(step.action + ": " + step.entry.description)}">'
-            f"{esc(step.key)}</span>"
-        )
-    return "".join(chips)
-
-
-def _badge_html(call: Call) -> str:
-    final = call.path[-1]
-    text = {
-        BACKEND_FALLBACK: f"{final.key} backend fallback",
-        OTHER_KERNEL: f"{final.key} kernel",
-        MISSING: f"no kernel for {final.key}",
-    }.get(call.kernel, call.kernel)
-    badge = f'<span class="ember-badge {_BADGE_CLASS[call.kernel]}" title="{esc(final.entry.description)}">'
-    badge += f"{esc(text)}</span>"
-    if final.entry.ours:
-        badge += f'<span class="ember-where">{esc(final.entry.location)}</span>'
-    return badge
-
-
-def _event_html(event: DeviceEvent, device_type: str) -> str:
-    kind, _, rest = event.text(device_type).partition(" ")
-    return (
-        f'<div class="ember-trace-row ember-event ember-leaf"><span class="ember-event-kind">{esc(kind)}</span>'
-        f"{esc(rest)}</div>"
-    )
-
-
-def _items_html(items: list[Call | DeviceEvent], device_type: str) -> str:
-    out = []
-    for item in items:
-        if isinstance(item, DeviceEvent):
-            out.append(_event_html(item, device_type))
-            continue
-        row = (
-            f'<span class="ember-op" title="dispatch key set: {esc(", ".join(item.keys))}">{esc(item.name)}</span>'
-            f"{_chips_html(item)}{_badge_html(item)}"
-        )
-        if item.children:
-            out.append(
-                f'<details open><summary class="ember-trace-row ember-call">{row}</summary>'
-                f"{_items_html(item.children, device_type)}</details>"
-            )
-        else:
-            out.append(f'<div class="ember-trace-row ember-call ember-leaf">{row}</div>')
-    return "".join(out)
-
-
-def render_html(trace: Trace) -> str:
-    """Self-contained HTML: nested <details> (collapsible without JavaScript)."""
-    body = (
-        _items_html(trace.items, trace.device_type) or "<div>(no operator calls and no device events)</div>"
-    )
-    legend = (
-        '<span class="ember-chip ember-passed">key</span>a kernel that redispatched · '
-        '<span class="ember-chip ember-skipped">key</span>a fallthrough, skipped · '
-        '<span class="ember-chip ember-ran">key</span>the kernel that ran · '
-        "hover an operator for its dispatch key set, a key for its table entry"
-    )
-    return (
-        '<div class="ember-trace">'
-        + style(_CSS)
-        + '<div class="ember-title">dispatch trace</div>'
-        + f'<div class="ember-body">{body}</div>'
-        + f'<div class="ember-legend">{legend}</div>'
-        + "</div>"
-    )

@@ -81,7 +81,11 @@ class Recorder:
     ``with Recorder() as r: ...`` then ``r.records`` holds the raw records: dicts
     with ``k`` = ``call`` (name, overload, depth, keys, optional backend_select),
     ``end``, ``malloc``, ``free``, ``memcpy`` (direction, peer) or ``launch``
-    (buffers); device events carry ``device`` and ``bytes``.
+    (buffers); device events carry ``device`` and ``bytes``. ``keys`` and
+    ``backend_select`` are raw ``DispatchKeySet`` bits (an int): the key set
+    the call started from (arguments' keys + thread-local included − excluded,
+    before the operator's fallthroughs are masked) and the one the operator's
+    BackendSelect kernel would redispatch with.
     """
 
     def __init__(self) -> None:
