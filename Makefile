@@ -51,8 +51,9 @@ execute: setup
 bench: setup
 	$(PY) -m book.bench
 
+# Containers often run as root, which JupyterLab refuses without --allow-root.
 lab: setup
-	EMBER_BOOK_BATCH=0 $(VENV)/bin/jupyter lab chapters/
+	EMBER_BOOK_BATCH=0 $(VENV)/bin/jupyter lab chapters/$(if $(filter 0,$(shell id -u)), --allow-root)
 
 clean:
 	rm -rf _build

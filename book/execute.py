@@ -6,6 +6,11 @@
 Each notebook runs in its own new kernel (chapters are independent) with
 EMBER_BOOK_BATCH=1, the same mode nbval runs them in. Cells tagged
 `raises-exception` may raise; any other error stops with the cell's traceback.
+
+The saved notebook names its kernel exactly as the installed ipykernel does
+(`metadata.kernelspec`), next to the `language_info` that kernel reported:
+JupyterLab rewrites both when it opens a notebook, and any difference would
+mark a chapter modified as soon as a reader opens it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from book.cells import chapter_paths
 
 CELL_TIMEOUT_SECONDS = 900
+KERNEL_NAME = "python3"
 
 
 def execute(path: Path) -> float:
@@ -30,13 +37,15 @@ def execute(path: Path) -> float:
     client = NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT_SECONDS,
-        kernel_name="python3",
+        kernel_name=KERNEL_NAME,
         resources={"metadata": {"path": str(path.parent)}},
         # Timestamps would make every re-execution a diff of its own.
         record_timing=False,
     )
     client.execute()
     strip_timing(notebook)
+    # nbclient stored the language_info of the kernel that just ran the notebook.
+    normalize_metadata(notebook, installed_kernelspec(), notebook.metadata.get("language_info"))
     nbformat.write(notebook, path)
     return time.perf_counter() - started
 
@@ -45,6 +54,23 @@ def strip_timing(notebook: nbformat.NotebookNode) -> None:
     """Drop the per-cell execution timestamps an earlier nbclient run recorded."""
     for cell in notebook.cells:
         cell.metadata.pop("execution", None)
+
+
+def installed_kernelspec(name: str = KERNEL_NAME) -> dict[str, str]:
+    """The kernelspec metadata JupyterLab writes for kernel `name`, as the installed kernel reports it."""
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
+def normalize_metadata(
+    notebook: nbformat.NotebookNode, kernelspec: dict[str, str], language_info: dict | None
+) -> None:
+    """Make the notebook's kernel metadata exactly `kernelspec` and `language_info`."""
+    notebook.metadata["kernelspec"] = nbformat.from_dict(dict(kernelspec))
+    if language_info is None:
+        notebook.metadata.pop("language_info", None)
+    else:
+        notebook.metadata["language_info"] = nbformat.from_dict(dict(language_info))
 
 
 def main(argv: list[str]) -> int:
