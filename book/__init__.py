@@ -17,11 +17,12 @@ from book.cells import SESSION, register_magic
 from book.chapter import Chapter
 from book.compile_errors import BackendInUseError, CppBuildError
 from book.driver import device_module
-from book.extension_modules import source_path
+from book.extension_modules import extension_path
 from book.isolated import run_isolated
-from book.widgets import show_table, snapshot, trace
+from book.widgets import BACKEND_FALLBACK, Trace, show_table, snapshot, trace
 
 __all__ = [
+    "BACKEND_FALLBACK",
     "BackendInUseError",
     "Build",
     "Chapter",
@@ -32,8 +33,9 @@ __all__ = [
     "run_isolated",
     "show_table",
     "snapshot",
-    "source_path",
+    "extension_path",
     "start_chapter",
+    "Trace",
     "trace",
 ]
 

@@ -20,6 +20,11 @@ from book.paths import EXTENSION
 PACKAGE = EXTENSION / "torch_ember"
 
 
+def extension_path(relative: str) -> Path:
+    """A file of the finished backend, e.g. extension_path("csrc/driver/ember_driver.h")."""
+    return EXTENSION / relative
+
+
 def source_path(name: str) -> Path:
     """extension/torch_ember/<name>.py"""
     return PACKAGE / f"{name}.py"

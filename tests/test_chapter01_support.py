@@ -83,7 +83,7 @@ def test_the_chapters_register_the_packages_device_module(chapter01: builder.Bui
     # finished package's file, not a copy.
     Chapter.of(2).replay_earlier({})
     assert torch.privateuseone is book.device_module()
-    assert torch.privateuseone.__file__ == str(book.source_path("device_module"))
+    assert torch.privateuseone.__file__ == str(book.extension_path("torch_ember/device_module.py"))
 
 
 def test_memory_allocated_follows_the_driver(chapter01: builder.Build) -> None:

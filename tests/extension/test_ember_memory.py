@@ -6,7 +6,7 @@ import gc
 
 import pytest
 import torch
-import torch_ember
+import torch_ember  # noqa: F401 (registers the ember device)
 
 MiB = 1 << 20
 
