@@ -1,7 +1,9 @@
 """Chapter 02's claims: with the minimal operators, ember tensors are real tensors.
 
-Built once for this module from extension/csrc (chapter 01's regions and chapter
-02's), exactly as the chapter's last `book.build()` compiles them.
+The backend under test is the one chapter 02 ends with (`Chapter.of(2).build()`: chapter
+01's C++ and chapter 02's own %%cpp cells, read from the notebooks, with the Python state
+the chapters carry forward). The last tests rebuild: the exercise parts, and the chapter
+step by step.
 """
 
 from __future__ import annotations
@@ -9,22 +11,26 @@ from __future__ import annotations
 import cmath
 import copy
 import gc
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from book import builder, toolchain
+import book
+from book import builder
+from book import driver as ember_driver
 from book.cells import CppPart
-from book.device_module import register_device_module
-from book.sync import extension_regions
+from book.chapter import Chapter
+from book.compile_errors import CppBuildError
 
 CHAPTER02_PARTS = (
     "empty_memory_format",
     "empty_strided",
     "copy_from",
-    "local_scalar_dense",
     "view_kernels",
+    "local_scalar_dense",
     "resize",
     "set_storage",
     "copy_from_and_resize",
@@ -46,15 +52,24 @@ DTYPES = [
 SHAPES = [(), (0,), (2, 0, 3), (7,), (3, 4, 5)]
 
 
+CHAPTER = Chapter.of(2)
+
+
 @pytest.fixture(scope="module", autouse=True)
-def chapter02_backend(chapter01_parts: list[CppPart]) -> Iterator[None]:
-    regions = extension_regions()
-    parts = chapter01_parts + [
-        CppPart("02_minimal_ops", name, regions[name].text) for name in CHAPTER02_PARTS
-    ]
-    register_device_module()
-    builder.build(parts, chapter="02_minimal_ops")
+def chapter02_backend() -> Iterator[None]:
+    CHAPTER.build()
     yield
+    gc.collect()  # let the next module's build retire this one
+
+
+def own_parts() -> list[CppPart]:
+    """The chapter's own parts, in cell order (exercise parts left out)."""
+    return [part for part in CHAPTER.parts() if not part.is_exercise]
+
+
+def test_the_chapter_builds_its_parts_in_this_order() -> None:
+    assert [part.name for part in own_parts()] == list(CHAPTER02_PARTS)
+    assert set(CHAPTER.exercises()) == {"exercise_wrong_dtype", "exercise_fill"}
 
 
 @pytest.fixture(autouse=True)
@@ -182,9 +197,9 @@ def test_copy_with_partial_overlap_is_refused_like_on_cpu() -> None:
 
 def test_views_share_storage_and_copy_nothing() -> None:
     x = torch.arange(12).to(EMBER)
-    allocations = toolchain.driver_stats(0).total_allocations
+    allocations = ember_driver.stats(0).total_allocations
     views = [x.view(3, 4), x.view(3, 4).t(), x[1::3], x.reshape(4, 3), x.as_strided((2, 2), (1, 4), 1), x[5]]
-    assert toolchain.driver_stats(0).total_allocations == allocations
+    assert ember_driver.stats(0).total_allocations == allocations
     for view in views:
         assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert views[3]._base is x
@@ -223,8 +238,8 @@ def test_resize_grows_on_the_tensors_own_device() -> None:
     x = torch.arange(4).to(f"{EMBER}:1")
     x.resize_(100)
     assert x.device == torch.device(EMBER, 1)
-    assert toolchain.driver_stats(1).bytes_in_use == 800
-    assert toolchain.driver_stats(0).bytes_in_use == 0
+    assert ember_driver.stats(1).bytes_in_use == 800
+    assert ember_driver.stats(0).bytes_in_use == 0
     assert_bit_exact(x[:4].cpu(), torch.arange(4))
 
 
@@ -338,10 +353,10 @@ def test_local_scalar_dense_needs_one_element() -> None:
 def test_copy_between_ember_devices() -> None:
     src = sample(torch.float32, (4, 6), seed=5)
     on_0 = src.to(f"{EMBER}:0")
-    allocations_before = toolchain.driver_stats(1).total_allocations
+    allocations_before = ember_driver.stats(1).total_allocations
     on_1 = on_0.to(f"{EMBER}:1")
     assert on_1.device == torch.device(EMBER, 1)
-    assert toolchain.driver_stats(1).total_allocations == allocations_before + 1
+    assert ember_driver.stats(1).total_allocations == allocations_before + 1
     assert_bit_exact(on_1.cpu(), src)
     assert_bit_exact(on_0.t()[1:].to(f"{EMBER}:1").cpu(), src.t()[1:])  # strided, staged
     back = torch.empty(4, 6, device=f"{EMBER}:0")
@@ -353,8 +368,8 @@ def test_factories_allocate_on_the_requested_device() -> None:
     x = torch.empty(5, device=f"{EMBER}:1")
     y = torch.empty_strided((2, 3), (1, 2), device=f"{EMBER}:1")
     assert x.device.index == y.device.index == 1
-    assert toolchain.driver_stats(1).live_allocations == 2
-    assert toolchain.driver_stats(0).live_allocations == 0
+    assert ember_driver.stats(1).live_allocations == 2
+    assert ember_driver.stats(0).live_allocations == 0
     assert torch.privateuseone.current_device() == 0  # the guard restored it
 
 
@@ -415,7 +430,7 @@ def test_negative_sizes_are_refused() -> None:
 
 
 def test_device_index_out_of_range() -> None:
-    message = r"ember: device index 7 is out of range: there are 2 ember devices \(0..1\)"
+    message = r"ember driver error: invalid device ordinal: device index 7 is out of range: there are 2 ember devices \(0..1\)"
     with pytest.raises(RuntimeError, match=message):
         torch.empty(3, device=f"{EMBER}:7")
     with pytest.raises(RuntimeError, match=message):
@@ -426,7 +441,7 @@ def test_device_index_out_of_range() -> None:
 
 
 def test_device_memory_returns_to_zero() -> None:
-    frees = toolchain.driver_stats(0).total_frees
+    frees = ember_driver.stats(0).total_frees
     tensors = [sample(dtype, (3, 4)).to(EMBER) for dtype in DTYPES]
     tensors += [t.view(-1) for t in tensors] + [t.t().contiguous() for t in tensors]
     grown = torch.arange(3).to(EMBER).resize_(50)
@@ -434,19 +449,154 @@ def test_device_memory_returns_to_zero() -> None:
     del tensors, grown
     gc.collect()
     assert builder.live_device_allocations() == (0, 0)
-    assert toolchain.driver_stats(0).total_frees == frees + 2 * len(DTYPES) + 2  # resize_ freed one more
+    assert ember_driver.stats(0).total_frees == frees + 2 * len(DTYPES) + 2  # resize_ freed one more
 
 
-# -- Rebuilding (last: it reloads the backend) --------------------------------------------
+# -- What the chapter reads off the wheel ----------------------------------------------------
+
+DECLARATIONS = Path(torch.__file__).parent / "include" / "ATen" / "RegistrationDeclarations.h"
 
 
-def test_the_chapter_can_rebuild_in_one_process(chapter01_parts: list[CppPart]) -> None:
+def declaration_flags() -> dict[str, dict[str, str]]:
+    flags = {}
+    for line in DECLARATIONS.read_text().splitlines():
+        _, _, comment = line.partition("; // ")
+        if comment.startswith("{"):
+            entry = json.loads(comment)
+            flags[entry["schema"].split("(")[0]] = entry
+    return flags
+
+
+def test_the_default_flag_says_whether_a_composite_kernel_exists() -> None:
+    composites = (
+        "CompositeImplicitAutograd",
+        "CompositeExplicitAutograd",
+        "CompositeExplicitAutogradNonFunctional",
+    )
+    known = set(torch._C._dispatch_get_all_op_names())
+    flags = {op: entry for op, entry in declaration_flags().items() if op in known}
+    assert len(flags) > 2000
+    for op, entry in flags.items():
+        has_composite = any(torch._C._dispatch_has_kernel_for_dispatch_key(op, k) for k in composites)
+        assert (entry["default"] == "True") == has_composite, op
+        if entry["dispatch"] == "False":
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd"), op
+
+
+MINIMAL_OPS = [
+    "aten::empty.memory_format",
+    "aten::empty_strided",
+    "aten::_copy_from",
+    "aten::_copy_from_and_resize",
+    "aten::_local_scalar_dense",
+    "aten::as_strided",
+    "aten::view",
+    "aten::_reshape_alias",
+    "aten::resize_",
+    "aten::set_",
+    "aten::set_.source_Storage",
+    "aten::set_.source_Storage_storage_offset",
+    "aten::set_.source_Tensor",
+    "aten::_has_compatible_shallow_copy_type",
+]
+
+
+def test_only_one_minimal_operator_has_a_composite_kernel() -> None:
+    flags = declaration_flags()
+    composite = {op for op in MINIMAL_OPS if flags[op]["default"] == "True"}
+    assert composite == {"aten::_has_compatible_shallow_copy_type"}
+    assert {op for op in MINIMAL_OPS if flags[op]["dispatch"] == "False"} == composite
+    for op in MINIMAL_OPS:  # each of them is ours at PrivateUse1 after the chapter
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1"), op
+
+
+def test_the_declaration_is_the_signature_ember_registers() -> None:
+    line = next(
+        text
+        for text in DECLARATIONS.read_text().splitlines()
+        if '"schema": "aten::empty.memory_format(' in text
+    )
+    assert line.startswith(
+        "at::Tensor empty(c10::SymIntArrayRef size, ::std::optional<at::ScalarType> dtype, "
+        "::std::optional<at::Layout> layout, ::std::optional<at::Device> device, "
+        "::std::optional<bool> pin_memory, ::std::optional<at::MemoryFormat> memory_format);"
+    )
+
+
+def test_views_with_their_own_kernels_fail_on_ember() -> None:
+    # Not composites: a CPU kernel of their own and nothing at PrivateUse1 (chapter 03's fallback
+    # refuses unfold).
+    for op in ("aten::unfold", "aten::view_as_real", "aten::view_as_complex"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd")
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd")
+    x = torch.arange(6.0).to(EMBER)
+    with pytest.raises(NotImplementedError, match="'aten::unfold' with arguments from the 'PrivateUse1'"):
+        x.unfold(0, 2, 1)
+    z = torch.zeros(2, dtype=torch.complex64).to(EMBER)
+    with pytest.raises(
+        NotImplementedError, match="'aten::view_as_real' with arguments from the 'PrivateUse1'"
+    ):
+        z.real  # noqa: B018 (the attribute access is the call)
+
+
+def test_reshape_calls_view_or_reshape_alias() -> None:
+    x = torch.arange(6).to(EMBER)
+
+    def calls(fn: Callable[[], object]) -> list[str]:
+        return [call.name for call in book.trace(fn).walk()]
+
+    assert calls(lambda: x.reshape(3, 2)) == ["aten::reshape", "aten::view"]
+    grid_t = x.view(2, 3).t()
+    assert calls(lambda: grid_t.reshape(3, 2)) == ["aten::reshape", "aten::_reshape_alias"]
+    assert "aten::as_strided" not in calls(lambda: x.detach())
+
+
+# -- Rebuilding (last: these reload the backend) ---------------------------------------------
+
+
+def test_a_wrong_kernel_signature_is_refused_and_the_backend_stays() -> None:
+    """The chapter's exercise_wrong_dtype: `c10::ScalarType` for the schema's `ScalarType?`."""
+    wrong = CHAPTER.exercises()["exercise_wrong_dtype"]
+    with pytest.raises(CppBuildError) as refused:
+        builder.build(parts=CHAPTER.parts_before() + [wrong], chapter=CHAPTER.stem)
+    message = str(refused.value)
+    assert "02_minimal_ops.ipynb[exercise_wrong_dtype]" in message
+    assert "Argument 2 (dtype) must be `std::optional<c10::ScalarType>`, not `c10::ScalarType`" in message
+    # The chapter's backend is still the loaded one, and works.
+    assert builder.loaded() is not None and len(builder.loaded().parts) == len(CHAPTER.parts_through())
+    assert_bit_exact(torch.arange(3.0).to(EMBER).cpu(), torch.arange(3.0))
+
+
+@pytest.fixture
+def with_fill_exercise() -> Iterator[None]:
+    builder.build(
+        parts=CHAPTER.parts_through() + [CHAPTER.exercises()["exercise_fill"]], chapter=CHAPTER.stem
+    )
+    yield
+    gc.collect()
+    builder.build(parts=CHAPTER.parts_through(), chapter=CHAPTER.stem)
+
+
+@pytest.mark.usefixtures("with_fill_exercise")
+def test_the_fill_exercise_fills_every_dtype_on_the_device() -> None:
+    for dtype in DTYPES:
+        assert_bit_exact(torch.ones(2, 3, dtype=dtype, device=EMBER).cpu(), torch.ones(2, 3, dtype=dtype))
+        assert_bit_exact(torch.zeros(4, dtype=dtype, device=EMBER).cpu(), torch.zeros(4, dtype=dtype))
+    grid = torch.zeros(3, 4, dtype=torch.int32, device=EMBER)
+    grid[:, ::2].fill_(7)
+    expected = torch.zeros(3, 4, dtype=torch.int32)
+    expected[:, ::2] = 7
+    assert_bit_exact(grid.cpu(), expected)
+    assert_bit_exact(torch.full((2, 2), 2.5, device=EMBER).cpu(), torch.full((2, 2), 2.5))
+
+
+def test_the_chapter_can_rebuild_in_one_process() -> None:
     """The notebook rebuilds after each step: each build retires the previous library and
     registers the same operators again, which the dispatcher must accept."""
-    regions = extension_regions()
-    chapter02 = [CppPart("02_minimal_ops", name, regions[name].text) for name in CHAPTER02_PARTS]
-    for count in (1, 5, len(chapter02)):  # empty; + copies, scalars, views; everything
-        builder.build(chapter01_parts + chapter02[:count], chapter="02_minimal_ops")
+    own = own_parts()
+    for count in (1, 5, len(own)):  # empty; + copies, scalars, views; everything
+        builder.build(parts=CHAPTER.parts_before() + own[:count], chapter=CHAPTER.stem)
         x = torch.empty(2, 3, device=EMBER)
         assert x.device.type == EMBER
         del x
