@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from book import compile_errors, preload, toolchain
+from book import compile_errors, preload, stable, toolchain
 from book import driver as ember_driver
 from book.cells import SESSION, CppPart
 from book.paths import CSRC, cache_dir
@@ -137,10 +137,13 @@ def build(
     source = translation_unit(parts)
     driver = toolchain.driver_library()
     ember_driver.driver()  # loaded (RTLD_GLOBAL) before any build that links against it
+    stable.library()  # PrivateUse1 hooks, registered once, before any build loads; builds plug into them
     prelude = toolchain.prelude_dir()
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
-    key = toolchain._digest(toolchain.toolchain_key(), toolchain.prelude_text(), str(driver), source)
+    key = toolchain._digest(
+        toolchain.toolchain_key(), toolchain.prelude_text(), str(driver), *stable.ldflags(), source
+    )
     name = f"ember_{chapter[:2]}_{key}"
     description = _describe(parts, chapter)
     if _LOADED is not None and _LOADED.name == name:
@@ -189,7 +192,8 @@ def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
                 no_implicit_headers=True,
                 extra_cflags=toolchain.EXTRA_CFLAGS,
                 extra_include_paths=[str(prelude), str(CSRC)],
-                extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"],
+                extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"]
+                + stable.ldflags(),
             )
     except OSError as error:  # built, but dlopen refused it
         cause = error.__cause__ or error
@@ -200,7 +204,7 @@ def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
         sources = {part.origin: part.source for part in new.parts}
         raise compile_errors.from_build_log(str(error), summary, sources) from None
     # C++ that throws while the library loads would abort this process: try it in a child first.
-    preload.check(new.library, new.chapter, [driver])  # cached next to the build
+    preload.check(new.library, new.chapter, [driver, stable.library()])  # cached next to the build
     torch.ops.load_library(str(new.library))
     new._handle = ctypes.CDLL(str(new.library))
 

@@ -78,7 +78,9 @@ def test_a_generator_needs_chapter_08(device: str) -> None:
 
 def test_resizing_a_storage_needs_chapter_10() -> None:
     storage = torch.empty(2, device="ember").untyped_storage()
-    message = r"ember: cannot resize a storage: no storage resize function is registered \(chapter 10 adds one\)"
+    message = (
+        r"ember: cannot resize a storage: no storage resize function is registered \(chapter 10 adds one\)"
+    )
     with pytest.raises(RuntimeError, match=message):
         storage.resize_(16)
 
