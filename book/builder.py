@@ -169,7 +169,7 @@ def build(
             _EVER_LOADED.add(name)
             new.seconds = status.elapsed
             verb = "compiled" if new.compiled else "loaded from the build cache"
-            status.finish(f"✔ {description}: {verb} in {new.seconds:.1f} s")
+            status.finish(f"✔ {description} is loaded", detail=f"{verb} in {new.seconds:.1f} s")
     except BaseException:
         if previous is not None:  # put the reader's last working backend back
             _load_library(previous)

@@ -47,10 +47,10 @@ c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
     EMBER_CHECK(emGetDevice(&current));
     return static_cast<c10::DeviceIndex>(current);
   }
-  const int count = driverDeviceCount();
-  TORCH_CHECK(device >= 0 && device < count, "ember: device index ",
-              static_cast<int>(device), " is out of range: there are ", count,
-              " ember devices (0..", count - 1, ")");
+  // The driver owns the rule for device indices: any per-device query checks
+  // the index and, if it is bad, says which and what the range is.
+  emMemStats stats{};
+  EMBER_CHECK(emMemGetStats(device, &stats));
   return device;
 }
 
