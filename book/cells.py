@@ -125,25 +125,32 @@ class Revision:
 
     previous: CppPart
     current: CppPart
+    version: int | None = None  # the current version's number in book order; None: edited by the reader
+
+    def _labels(self) -> tuple[str, str]:
+        if self.version is None:
+            return f"{self.previous.origin} (as built)", f"{self.current.origin} (edited)"
+        return (
+            f"{self.previous.origin} version {self.version - 1}",
+            f"{self.current.origin} version {self.version}",
+        )
 
     def diff(self) -> str:
+        before, after = self._labels()
         lines = difflib.unified_diff(
-            self.previous.source.splitlines(),
-            self.current.source.splitlines(),
-            self.previous.origin,
-            self.current.origin,
-            lineterm="",
+            self.previous.source.splitlines(), self.current.source.splitlines(), before, after, lineterm=""
         )
         return "\n".join(lines)
 
+    def _title(self) -> str:
+        before, after = self._labels()
+        return f"{after} replaces {before}; what changed:"
+
     def __repr__(self) -> str:
-        return f"{self.current.origin} revises {self.previous.origin}:\n{self.diff()}"
+        return f"{self._title()}\n{self.diff()}"
 
     def _repr_markdown_(self) -> str:
-        return (
-            f"`{self.current.origin}` revises `{self.previous.origin}`; what changed:\n\n"
-            f"```diff\n{self.diff()}\n```\n"
-        )
+        return f"{self._title()}\n\n```diff\n{self.diff()}\n```\n"
 
 
 class Session:
@@ -162,21 +169,21 @@ class Session:
         if self.chapter is None:
             raise RuntimeError("call book.start_chapter(N) before the first %%cpp cell")
         part = CppPart(self.chapter, name, normalize(body))
-        previous = self._previous_version(part)
+        revision = self._revision(part)
         # Re-running a cell replaces its part in place, keeping cell order.
         self.staged[name] = part
-        return Revision(previous, part) if previous is not None else None
+        return revision
 
-    def _previous_version(self, part: CppPart) -> CppPart | None:
+    def _revision(self, part: CppPart) -> Revision | None:
         # A cell as the book shows it revises the version before it in book order
         # (the same answer however often, and in whatever order, cells are run).
         shown = versions_through(part.chapter, part.name)
         for index, version in enumerate(shown):
             if version.source == part.source:
-                return shown[index - 1] if index else None
+                return Revision(shown[index - 1], part, index + 1) if index else None
         # A cell the reader edited: compare with what the build would use now.
         current = self.staged.get(part.name) or {p.name: p for p in parts_before(part.chapter)}.get(part.name)
-        return current if current is not None and current.source != part.source else None
+        return Revision(current, part) if current is not None and current.source != part.source else None
 
     def parts(self, exercises: Iterable[str] = (), own: bool = True) -> list[CppPart]:
         """The backend as this chapter builds it: the earlier chapters' parts, then

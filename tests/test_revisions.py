@@ -34,7 +34,10 @@ def test_staging_a_revision_returns_the_diff_against_the_version_it_replaces():
     assert isinstance(revision, Revision)
     assert revision.previous == first
     diff = revision.diff()
-    assert diff.startswith("--- 03_fallback.ipynb[cpu_fallback]\n+++ 03_fallback.ipynb[cpu_fallback]")
+    assert revision.version == 2
+    assert diff.startswith(
+        "--- 03_fallback.ipynb[cpu_fallback] version 1\n+++ 03_fallback.ipynb[cpu_fallback] version 2"
+    )
     assert "+std::vector<FallbackCheck>& fallbackChecks() {" in diff
     assert "```diff" in revision._repr_markdown_()
     # Running the second cell again shows the same diff (what the book shows does not depend on cell order).
@@ -59,3 +62,15 @@ def test_chapter_01_carries_the_device_module_forward():
     (origin, source), *_ = Chapter.of(1).carried_cells()
     assert origin.startswith("01_allocator.ipynb[cell ")
     assert "torch._register_device_module" in source
+
+
+def test_a_cell_the_reader_edited_is_compared_with_what_the_build_has():
+    chapter = Chapter.of(3)
+    first, _ = [p for p in chapter.parts() if p.name == "cpu_fallback"]
+    session = Session()
+    session.start(chapter.stem)
+    session.stage("cpu_fallback", first.source)
+    revision = session.stage("cpu_fallback", first.source.replace("at::native::cpu_fallback", "my_fallback"))
+    assert revision is not None and revision.version is None
+    assert "(edited)" in revision.diff().splitlines()[1]
+    assert "+  my_fallback(op, stack);" in revision.diff()
