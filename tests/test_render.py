@@ -244,6 +244,8 @@ def test_pages_read_offline_in_chromium(book_build: Build, browser: object, tmp_
             if any(hint in url for hint in REMOTE_HINTS) or not url.startswith(("file:", "data:", "#")):
                 problems.append(f"{docname}: loads {url}")
         html = page.read_text()
+        if "dropdown" in html:
+            problems += _open_dropdowns(driver, docname)
         for selector in seen:
             present = driver.find_elements(By.CSS_SELECTOR, selector)  # type: ignore[attr-defined]
             seen[selector] += len(present)
@@ -259,6 +261,30 @@ def test_pages_read_offline_in_chromium(book_build: Build, browser: object, tmp_
         if count == 0:
             problems.append(f"no page of the book shows '{selector}'")
     assert not problems, "\n".join(problems) + f"\n(screenshots in {tmp_path})"
+
+
+def _open_dropdowns(driver: object, docname: str) -> list[str]:
+    """Exercise solutions (sphinx-exercise `:class: dropdown`) start collapsed and open on a click.
+
+    Opens them all, so that the visibility checks after this see what a reader sees once they click.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    problems = []
+    for admonition in driver.find_elements(By.CSS_SELECTOR, "div.admonition.dropdown"):  # type: ignore[attr-defined]
+        label = admonition.get_attribute("id") or "a dropdown"
+        if "toggle-hidden" not in (admonition.get_attribute("class") or ""):
+            problems.append(f"{docname}: {label} is not collapsed when the page opens")
+            continue
+        button = admonition.find_element(By.CSS_SELECTOR, "button.toggle-button")
+        driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", button)  # type: ignore[attr-defined]
+        try:
+            WebDriverWait(driver, 5).until(lambda _: "toggle-hidden" not in admonition.get_attribute("class"))
+        except TimeoutException:
+            problems.append(f"{docname}: {label} does not open on a click")
+    return problems
 
 
 def _in_closed_details(driver: object, element: object) -> bool:
