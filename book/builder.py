@@ -138,7 +138,6 @@ def build(
     driver = toolchain.driver_library()
     ember_driver.driver()  # loaded (RTLD_GLOBAL) before any build that links against it
     stable.library()  # PrivateUse1 hooks, registered once, before any build loads; builds plug into them
-    prelude = toolchain.prelude_dir()
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
     key = toolchain._digest(
@@ -165,7 +164,7 @@ def build(
             if name in _EVER_LOADED:  # dlopen would hand back the finalized copy
                 _load_library(new)
             else:
-                _compile_and_load(new, driver, prelude)
+                _compile_and_load(new, driver)
             _EVER_LOADED.add(name)
             new.seconds = status.elapsed
             verb = "compiled" if new.compiled else "loaded from the build cache"
@@ -179,22 +178,33 @@ def build(
     return new
 
 
-def _compile_and_load(new: Build, driver: Path, prelude: Path) -> None:
-    new.directory.mkdir(parents=True, exist_ok=True)
+def compile_library(name: str, source: str, directory: Path, extra_ldflags: list[str] = ()) -> Path:
+    """Compile one translation unit against the precompiled prelude and the driver, without loading it.
+
+    The book's only `load_inline` call: chapter builds and the trace probe both come through here, so
+    they share flags, headers and the precompiled prelude. Returns the library's path.
+    """
+    driver = toolchain.driver_library()
+    directory.mkdir(parents=True, exist_ok=True)
+    with preload.compile_only():  # the caller decides when (and whether) the library is loaded
+        load_inline(
+            name,
+            cpp_sources=[source],
+            build_directory=str(directory),
+            is_python_module=False,
+            no_implicit_headers=True,
+            extra_cflags=toolchain.EXTRA_CFLAGS,
+            extra_include_paths=[str(toolchain.prelude_dir()), str(CSRC)],
+            extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"]
+            + list(extra_ldflags),
+        )
+    return directory / f"{name}.so"
+
+
+def _compile_and_load(new: Build, driver: Path) -> None:
     summary = f"C++ build of chapter {new.chapter[:2]} failed"
     try:
-        with preload.compile_only():  # loaded below, once a child process survived loading it
-            load_inline(
-                new.name,
-                cpp_sources=[new.source],
-                build_directory=str(new.directory),
-                is_python_module=False,
-                no_implicit_headers=True,
-                extra_cflags=toolchain.EXTRA_CFLAGS,
-                extra_include_paths=[str(prelude), str(CSRC)],
-                extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"]
-                + stable.ldflags(),
-            )
+        compile_library(new.name, new.source, new.directory, stable.ldflags())
     except OSError as error:  # built, but dlopen refused it
         cause = error.__cause__ or error
         raise compile_errors.from_load_failure(str(cause), summary) from None

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Self
 
 import torch
-from torch.utils.cpp_extension import load_inline
 
-from book import toolchain
+from book import builder, toolchain
 from book.paths import BOOK_CPP, CSRC, cache_dir
 from book.progress import Status
 
@@ -47,20 +46,9 @@ def library() -> ctypes.CDLL:
     if path.exists():
         torch.ops.load_library(str(path))
     else:
-        driver = toolchain.driver_library()
-        prelude = toolchain.prelude_dir()
-        path.parent.mkdir(parents=True, exist_ok=True)
         with Status("compiling the trace probe (once per machine)") as status:
-            load_inline(
-                path.stem,
-                cpp_sources=[SOURCE.read_text()],
-                build_directory=str(path.parent),
-                is_python_module=False,
-                no_implicit_headers=True,
-                extra_include_paths=[str(prelude), str(CSRC)],
-                extra_cflags=toolchain.EXTRA_CFLAGS,
-                extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"],
-            )
+            builder.compile_library(path.stem, SOURCE.read_text(), path.parent)
+            torch.ops.load_library(str(path))
             status.finish(f"✔ compiled the trace probe in {status.elapsed:.1f} s", show_in_batch=False)
     lib = ctypes.CDLL(str(path))
     lib.ember_probe_start.restype = ctypes.c_int
