@@ -113,9 +113,12 @@ def translation_unit(parts: list[CppPart]) -> str:
 
 def _describe(parts: list[CppPart], chapter: str) -> str:
     chapters = sorted({p.chapter[:2] for p in parts})
-    span = f"{chapters[0]}–{chapters[-1]}" if len(chapters) > 1 else (chapters[0] if chapters else "–")
+    if len(chapters) > 1:
+        source = f"chapters {chapters[0]}–{chapters[-1]}"
+    else:
+        source = f"chapter {chapters[0]}" if chapters else "no chapter"
     noun = "part" if len(parts) == 1 else "parts"
-    return f"ember backend for chapter {chapter[:2]} ({len(parts)} C++ {noun} from chapters {span})"
+    return f"ember backend for chapter {chapter[:2]} ({len(parts)} C++ {noun} from {source})"
 
 
 def build(
