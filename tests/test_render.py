@@ -281,7 +281,10 @@ def _open_dropdowns(driver: object, docname: str) -> list[str]:
         button = admonition.find_element(By.CSS_SELECTOR, "button.toggle-button")
         driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", button)  # type: ignore[attr-defined]
         try:
-            WebDriverWait(driver, 5).until(lambda _: "toggle-hidden" not in admonition.get_attribute("class"))
+            opened = admonition  # bound now: the lambda runs while the loop waits
+            WebDriverWait(driver, 5).until(
+                lambda _, a=opened: "toggle-hidden" not in a.get_attribute("class")
+            )
         except TimeoutException:
             problems.append(f"{docname}: {label} does not open on a click")
     return problems
