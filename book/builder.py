@@ -208,15 +208,13 @@ def _compile_and_load(new: Build, driver: Path) -> None:
     summary = f"C++ build of chapter {new.chapter[:2]} failed"
     try:
         compile_library(new.name, new.source, new.directory, stable.ldflags())
-    except OSError as error:  # built, but dlopen refused it
-        cause = error.__cause__ or error
-        raise compile_errors.from_load_failure(str(cause), summary) from None
     except RuntimeError as error:
         if "Error building extension" not in str(error):
             raise
         sources = {part.origin: part.source for part in new.parts}
         raise compile_errors.from_build_log(str(error), summary, sources) from None
     # C++ that throws while the library loads would abort this process: try it in a child first.
+    # (A library dlopen refuses, e.g. an undefined symbol, is reported from there too.)
     preload.check(new.library, new.chapter, [driver, stable.library()])  # cached next to the build
     torch.ops.load_library(str(new.library))
     new._handle = ctypes.CDLL(str(new.library))
