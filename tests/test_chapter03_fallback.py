@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from book import builder
+from book.cells import resolve
 from book.chapter import Chapter
 
 CHAPTER = "03_fallback"
@@ -139,3 +140,25 @@ def test_device_memory_returns_to_zero() -> None:
     del x, y, results
     gc.collect()
     assert builder.live_device_allocations() == (0, 0)
+
+
+def test_the_first_version_of_the_fallback_has_no_rules() -> None:
+    # Chapter 03's first cpu_fallback cell (version 1, extension/history) falls back for everything,
+    # views included; its revision (what the module's backend holds) refuses them.
+    chapter = Chapter.of(3)
+    first = next(p for p in chapter.parts() if p.name == "cpu_fallback")
+    parts = [first if p.name == "cpu_fallback" else p for p in chapter.parts_before() + [first]]
+    gc.collect()
+    builder.build(parts=resolve(parts), chapter=chapter.stem)
+    try:
+        a = torch.arange(6.0).reshape(2, 3).to(EMBER)
+        assert torch.equal((a + a).cpu(), torch.arange(6.0).reshape(2, 3) * 2)
+        with pytest.warns(UserWarning, match="appears to be a view operator"):
+            windows = a.unfold(1, 2, 1)  # version 2 refuses this view
+        assert windows.shape == (2, 2, 2)
+        del a, windows
+    finally:
+        gc.collect()
+        chapter.build()  # back to the chapter's backend for the tests after this one
+    with pytest.raises(RuntimeError, match="unfold"):
+        torch.arange(6.0).reshape(2, 3).to(EMBER).unfold(1, 2, 1)

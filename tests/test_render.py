@@ -316,3 +316,13 @@ def _check_collapsed_inputs(driver: object, docname: str) -> list[str]:
         except TimeoutException:
             problems.append(f"{docname}: a hide-input cell does not open on a click")
     return problems
+
+
+def test_a_revised_part_is_shown_as_a_diff(book_build: Build) -> None:
+    # Chapter 03 shows cpu_fallback twice; the second cell's output is its diff against the first.
+    html = book_build.page("chapters/03_fallback").read_text()
+    diffs = re.findall(r'<div class="highlight-diff.*?</pre>', html, re.DOTALL)
+    assert len(diffs) == 1, "the cpu_fallback revision should render as one highlighted diff"
+    text = re.sub(r"<[^>]+>", "", diffs[0])
+    assert "03_fallback.ipynb[cpu_fallback] version 1" in text
+    assert "+std::vector&lt;FallbackCheck&gt;&amp; fallbackChecks() {" in text
