@@ -173,7 +173,13 @@ def forget_unshown_math(app: Sphinx, doctree: nodes.document) -> None:
     has_equations[docname] = any(shown(node) for node in math_nodes)
 
 
+STATIC = Path(__file__).resolve().parent / "static"
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    # The book's own stylesheet (local, like everything the pages load): colours for revision diffs.
+    app.config.html_static_path.append(str(STATIC))
+    app.add_css_file("ember-book.css")
     app.add_post_transform(CppCells)
     app.connect("doctree-read", drop_remote_scripts)
     app.connect("doctree-read", forget_unshown_math)
