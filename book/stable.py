@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from torch.utils import cpp_extension
 
 from book import toolchain
 from book.paths import CSRC, cache_dir
-from book.progress import Status
 
 LIBRARY_NAME = "ember_stable"
 SOURCES = ["runtime/EmberHooks.cpp"]
@@ -63,22 +61,12 @@ def key() -> str:
 
 def _build() -> Path:
     driver = toolchain.driver_library()
-    target = cache_dir() / "stable" / key()
-    library = target / f"lib{LIBRARY_NAME}.so"
-    if library.exists():
-        return library
-    target.mkdir(parents=True, exist_ok=True)
-    # Unique per process: test processes may build the same key at once.
-    partial = target / f"lib{LIBRARY_NAME}.so.{os.getpid()}.partial"
-    with Status("compiling the ember stable library (once per machine)") as status:
-        result = subprocess.run(
-            _command([CSRC / s for s in SOURCES], driver, partial), capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"building the ember stable library failed:\n{result.stderr[-4000:]}")
-        partial.rename(library)  # atomic: a reader never sees half a library
-        status.finish("✔ compiled the ember stable library", show_in_batch=False)
-    return library
+    return toolchain.compile_once(
+        cache_dir() / "stable" / key() / f"lib{LIBRARY_NAME}.so",
+        lambda partial: _command([CSRC / s for s in SOURCES], driver, partial),
+        "compiling the ember stable library",
+        "compiled the ember stable library",
+    )
 
 
 @cache

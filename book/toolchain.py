@@ -14,9 +14,11 @@ Two things make a chapter build fast on a 2-core machine:
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sysconfig
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -75,26 +77,44 @@ def prelude_text() -> str:
     return (BOOK_CPP / "prelude.h").read_text()
 
 
+def compile_once(output: Path, command: Callable[[Path], list[str]], doing: str, done: str) -> Path:
+    """Make `output` by running ``command(partial)`` unless it exists; return it.
+
+    The book's compile-once products (precompiled prelude, driver, stable
+    library) live in content-addressed folders of the build cache, so an
+    existing file is always current. The compiler writes a partial file unique
+    to this process, renamed into place when complete: test processes may build
+    the same product at once, and none ever sees half a file.
+    """
+    if output.exists():
+        return output
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f"{output.name}.{os.getpid()}.partial")
+    with Status(f"{doing} (once per machine)") as status:
+        result = subprocess.run(command(partial), capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{doing} failed:\n{result.stderr[-4000:]}")
+        partial.rename(output)
+        status.finish(f"✔ {done}", show_in_batch=False, detail=f"in {status.elapsed:.1f} s")
+    return output
+
+
 def prelude_dir() -> Path:
     """A directory holding prelude.h and its up-to-date prelude.h.gch."""
     prelude = prelude_text()
     target = cache_dir() / "pch" / _digest(toolchain_key(), prelude)
-    gch = target / "prelude.h.gch"
-    if gch.exists():
+    if (target / "prelude.h.gch").exists():  # asked before every build: no writes when current
         return target
     target.mkdir(parents=True, exist_ok=True)
     (target / "prelude.h").write_text(prelude)
-    partial = target / "prelude.h.gch.partial"
-    with Status("precompiling the prelude header (once per machine)") as status:
-        result = subprocess.run(
-            ["c++", "-x", "c++-header", str(target / "prelude.h"), "-o", str(partial)] + compile_flags(),
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"precompiling book/cpp/prelude.h failed:\n{result.stderr[-4000:]}")
-        partial.rename(gch)
-        status.finish(f"✔ precompiled the prelude header in {status.elapsed:.1f} s", show_in_batch=False)
+    compile_once(
+        target / "prelude.h.gch",
+        lambda partial: (
+            ["c++", "-x", "c++-header", str(target / "prelude.h"), "-o", str(partial)] + compile_flags()
+        ),
+        "precompiling the prelude header",
+        "precompiled the prelude header",
+    )
     return target
 
 
@@ -104,22 +124,16 @@ def driver_library() -> Path:
     sources = [CSRC / s for s in DRIVER_SOURCES]
     headers = sorted((CSRC / "driver").glob("*.h"))
     key = _digest(toolchain_key(), *(p.read_text() for p in sources + headers))
-    target = cache_dir() / "driver" / key
-    library = target / "libember_driver.so"
-    if not library.exists():
-        target.mkdir(parents=True, exist_ok=True)
-        partial = target / "libember_driver.so.partial"
-        result = subprocess.run(
+    return compile_once(
+        cache_dir() / "driver" / key / "libember_driver.so",
+        lambda partial: (
             ["c++", "-std=c++17", "-O2", "-fPIC", "-shared", f"-I{CSRC}"]
             + [str(s) for s in sources]
-            + ["-o", str(partial)],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"building the ember driver failed:\n{result.stderr[-4000:]}")
-        partial.rename(library)
-    return library
+            + ["-o", str(partial)]
+        ),
+        "building the ember driver",
+        "built the ember driver",
+    )
 
 
 def clean_cache() -> None:
