@@ -380,6 +380,24 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
   return emSuccess;
 }
 
+namespace {
+// True on the thread running a kernel's fn (nested launches included).
+thread_local int kernel_depth = 0;
+struct KernelScope {
+  KernelScope() { ++kernel_depth; }
+  ~KernelScope() { --kernel_depth; }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+};
+} // namespace
+
+emError_t emGetKernelOffset(ptrdiff_t* offset) {
+  if (offset == nullptr || kernel_depth == 0) return emErrorInvalidValue;
+  // Today the launch opens the buffers' own pages, so the offset is 0.
+  *offset = 0;
+  return emSuccess;
+}
+
 emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
                          void* const* buffers, size_t num_buffers) {
   if (fn == nullptr || (buffers == nullptr && num_buffers > 0)) {
@@ -403,6 +421,7 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   {
     AccessGuard guard(std::move(allocs));
     if (!guard.ok()) return emErrorMemoryAllocation;
+    KernelScope scope;
     fn(arg);
   }
   emEvent event = make_event(emEventKernelLaunch, current_device, 0, nullptr);

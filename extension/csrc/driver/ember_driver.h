@@ -70,6 +70,12 @@ emError_t emLaunchKernel(
     void* const* buffers,
     size_t num_buffers);
 
+// Inside a kernel (on the thread emLaunchKernel runs fn on): the offset at
+// which the kernel reads and writes device memory. Device address p is
+// accessible to the kernel at (char*)p + offset; the device address itself
+// stays inaccessible to the host. Outside a kernel: emErrorInvalidValue.
+emError_t emGetKernelOffset(ptrdiff_t* offset);
+
 emError_t emMemGetStats(int device, emMemStats* stats);
 emError_t emMemResetPeak(int device);
 
