@@ -39,3 +39,12 @@
 
 // Chapter 02: copy_ rules (no internal or partial overlap) for _copy_from.
 #include <ATen/MemoryOverlap.h>
+
+// Chapter 04: TensorIterator, DispatchStub and the stubs a backend fills.
+#include <ATen/Dispatch.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/TensorIterator.h>
+
+// Chapter 05: custom operators.
+
+// Chapter 06: autograd.
