@@ -48,8 +48,10 @@ sync-check: setup
 execute: setup
 	EMBER_BOOK_BATCH=1 $(PY) -m book.execute $(CHAPTERS)
 
-bench: setup
+# The book's compile benchmark, then the finished backend's operator benchmark.
+bench: setup extension
 	$(PY) -m book.bench
+	$(PY) -m torch_ember.bench
 
 # Containers often run as root, which JupyterLab refuses without --allow-root.
 lab: setup

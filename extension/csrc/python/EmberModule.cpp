@@ -2,15 +2,44 @@
 //
 // Loading this module is what registers the backend: the allocator, the
 // device guard and every kernel under csrc/ register themselves from static
-// initializers when the shared library is loaded. Python needs no bindings on
-// top of that: the device module (torch_ember/device_module.py) calls the
-// driver's C API, which is compiled into this library, through ctypes, the
-// same way the book's chapters do.
+// initializers when the shared library is loaded. The device module
+// (torch_ember/device_module.py) calls the driver's C API, which is compiled
+// into this library, through ctypes, the same way the book's chapters do.
+//
+// The one binding is for the benchmark (torch_ember.bench): it runs an
+// operator through the CPU fallback even when ember has a native kernel for
+// it, so native and fallback can be timed side by side in one process.
 //
 // Not shown in the book: the chapters load their backend with load_inline.
-// Plain pybind11, not <torch/extension.h>: nothing here exchanges tensors.
-#include <pybind11/pybind11.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <string>
+
+namespace ember {
+// The backend's boxed fallback (csrc/aten/EmberFallback.cpp).
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+} // namespace ember
+
+namespace {
+
+// `aten::add.Tensor(a, b, alpha=1)` run by the CPU fallback: copies to the
+// host, the CPU kernel, the result copied back to a's device.
+at::Tensor fallbackAdd(const at::Tensor& a, const at::Tensor& b) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+  torch::jit::Stack stack{a, b, c10::Scalar(1)};
+  ember::cpuFallback(op, &stack);
+  TORCH_INTERNAL_ASSERT(stack.size() == 1);
+  return stack.back().toTensor();
+}
+
+} // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "The ember backend for PyTorch (use `import torch_ember`).";
+  m.def("_fallback_add", &fallbackAdd,
+        "a + b through ember's CPU fallback (for benchmarks)");
 }
