@@ -1,24 +1,46 @@
 // The simulated ember driver. See ember_driver.h for the contract.
 //
-// Every device allocation is its own anonymous mapping, kept PROT_NONE while
-// idle. Only emMemcpy and emLaunchKernel lift the protection, and only for the
-// allocations they were handed and only while the work runs, so any other
-// host access to device memory is a SIGSEGV rather than silently working.
+// Device memory is double-mapped. Each device owns one memfd (a file in RAM,
+// named "ember-device-N" in /proc/self/maps) of the device's capacity, and the
+// driver reserves one stretch of address space holding two views of all the
+// devices' files:
+//
+//   [ device 0 | device 1 ]  PROT_NONE: the addresses emMalloc returns
+//   [ device 0 | device 1 ]  read/write: the same pages, kOffset bytes later
+//
+// Tensors hold addresses in the first view, so a host dereference of a device
+// pointer faults. Only emMemcpy and kernels (through emGetKernelOffset) use
+// the second view. Nothing changes protection at run time: the previous design
+// kept each allocation PROT_NONE and mprotect-ed its pages open around every
+// copy and launch, and an mprotect pair on a populated 4 MiB region costs about
+// 160 us on a 2-core machine, twice a CPU add of 1M floats. Here a launch costs
+// a registry lookup per buffer.
+//
+// emMalloc carves page-aligned ranges out of a device's file (first fit over a
+// list of free ranges that coalesces on release). When an allocation's last
+// reference goes (emFree, or the end of a copy or kernel that still used it),
+// its pages are punched out of the file, so the memory really goes back to the
+// OS, and only then is the range free for reuse.
 
 #include "ember_driver.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,20 +48,166 @@ namespace ember::driver::detail {
 
 constexpr int kNumDevices = 2;
 // Simulated capacity per device, so tests can provoke OOM deterministically.
+// EMBER_DEVICE_MEMORY_BYTES (read once, at the first driver call) overrides it.
 constexpr size_t kDeviceCapacity = size_t{4} << 30;
 
-// One device allocation. Owns its mapping: the pages are unmapped when the
-// last reference goes away. The registry holds one reference; an AccessGuard
-// holds another while a copy or kernel runs, so an emFree racing with a
-// kernel cannot pull the pages out from under it.
+size_t page_size() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+size_t round_up_to_page(size_t n) {
+  const size_t page = page_size();
+  return (n + page - 1) / page * page;
+}
+
+// The per-device capacity: kDeviceCapacity, or the environment's value in
+// bytes (rounded up to whole pages). A value that is not a positive integer is
+// reported once and ignored.
+size_t configured_capacity() {
+  const char* text = std::getenv("EMBER_DEVICE_MEMORY_BYTES");
+  if (text == nullptr || *text == '\0') return kDeviceCapacity;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  // Keep the whole reservation (2 views x 2 devices) far below 2^47 bytes.
+  constexpr unsigned long long kMax = 1ULL << 40;
+  if (text[0] < '0' || text[0] > '9' || errno != 0 || *end != '\0' ||
+      value == 0 || value > kMax) {
+    std::fprintf(stderr,
+                 "ember driver: ignoring EMBER_DEVICE_MEMORY_BYTES=\"%s\" "
+                 "(expected bytes, 1..%llu); each device has %zu bytes\n",
+                 text, kMax, kDeviceCapacity);
+    return kDeviceCapacity;
+  }
+  return round_up_to_page(static_cast<size_t>(value));
+}
+
+// The address space of all devices: two views of every device's memfd.
+struct Region {
+  size_t capacity = 0;  // per device, whole pages
+  char* base = nullptr; // the inaccessible view; nullptr if setup failed
+  ptrdiff_t offset = 0; // read/write view minus inaccessible view
+  std::array<int, kNumDevices> fds{};
+
+  char* device_base(int device) const {
+    return base + static_cast<size_t>(device) * capacity;
+  }
+  size_t span() const { return 2 * kNumDevices * capacity; }
+  bool contains(uintptr_t p, size_t count) const {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(base);
+    return base != nullptr && p < lo + span() && p + count > lo;
+  }
+};
+
+// Maps device `device`'s file `fd` into both views (MAP_FIXED replaces
+// whatever was there: the reservation, or an inherited mapping after fork).
+bool map_views(const Region& r, int device, int fd) {
+  char* none = r.device_base(device);
+  char* rw = none + r.offset;
+  return mmap(none, r.capacity, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+             MAP_FAILED &&
+      mmap(rw, r.capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+           0) != MAP_FAILED &&
+      // Gigabytes of device memory have no place in a core dump.
+      madvise(none, r.capacity, MADV_DONTDUMP) == 0 &&
+      madvise(rw, r.capacity, MADV_DONTDUMP) == 0;
+}
+
+int new_device_file(int device, size_t capacity) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "ember-device-%d", device);
+  const int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  // Sparse: pages exist only once written.
+  if (ftruncate(fd, static_cast<off_t>(capacity)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+Region make_region() {
+  Region r;
+  r.capacity = configured_capacity();
+  r.fds.fill(-1);
+  const size_t views = kNumDevices * r.capacity;
+  // Reserve both views in one piece, so the offset is the same for every
+  // device: the read/write view starts right after the inaccessible one.
+  void* base = mmap(nullptr, 2 * views, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    std::perror("ember driver: cannot reserve device address space");
+    return r;
+  }
+  r.base = static_cast<char*>(base);
+  r.offset = static_cast<ptrdiff_t>(views);
+  for (int d = 0; d < kNumDevices; ++d) {
+    r.fds[d] = new_device_file(d, r.capacity);
+    if (r.fds[d] < 0 || !map_views(r, d, r.fds[d])) {
+      std::perror("ember driver: cannot map device memory");
+      munmap(base, 2 * views);
+      for (int fd : r.fds) {
+        if (fd >= 0) close(fd);
+      }
+      r.base = nullptr;
+      r.fds.fill(-1);
+      return r;
+    }
+  }
+  return r;
+}
+
+// The free ranges of one device, as byte offsets into its file.
+struct FreeList {
+  std::map<size_t, size_t> ranges; // begin -> length, disjoint, coalesced
+
+  // First fit. Returns false if no free range holds `length` bytes.
+  bool take(size_t length, size_t* begin) {
+    for (auto it = ranges.begin(); it != ranges.end(); ++it) {
+      if (it->second < length) continue;
+      *begin = it->first;
+      const size_t rest = it->second - length;
+      ranges.erase(it);
+      if (rest > 0) ranges.emplace(*begin + length, rest);
+      return true;
+    }
+    return false;
+  }
+
+  void give_back(size_t begin, size_t length) {
+    auto next = ranges.lower_bound(begin);
+    if (next != ranges.end() && begin + length == next->first) {
+      length += next->second;
+      next = ranges.erase(next);
+    }
+    if (next != ranges.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == begin) {
+        prev->second += length;
+        return;
+      }
+    }
+    ranges.emplace_hint(next, begin, length);
+  }
+};
+
+// One device allocation: a page-aligned range of its device's file. The
+// registry holds one reference; a copy or kernel using it holds another, so
+// an emFree racing with the work cannot hand the range to a new allocation
+// (or punch its pages) before the work ends. The last reference returns the
+// range, through the destructor.
 struct Allocation {
-  Allocation(int device, size_t size, size_t mapped_size)
-      : device(device), size(size), mapped_size(mapped_size) {}
+  Allocation(int device, size_t size, size_t mapped_size, size_t file_offset,
+             char* base)
+      : device(device),
+        size(size),
+        mapped_size(mapped_size),
+        file_offset(file_offset),
+        base(base) {}
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
-  ~Allocation() {
-    if (base != nullptr) munmap(base, mapped_size);
-  }
+  ~Allocation();
 
   uintptr_t begin() const { return reinterpret_cast<uintptr_t>(base); }
   uintptr_t end() const { return begin() + size; }
@@ -47,23 +215,123 @@ struct Allocation {
   const int device;
   const size_t size;        // as requested by the caller
   const size_t mapped_size; // size rounded up to whole pages
-  void* base = nullptr;
-  int open_count = 0; // guarded by State::mutex
+  const size_t file_offset; // where the range starts in the device's file
+  char* const base;         // device address (inaccessible view)
 };
 using AllocationPtr = std::shared_ptr<Allocation>;
 
 struct State {
+  State() : region(make_region()) {
+    for (FreeList& list : free_lists) {
+      if (region.base != nullptr) list.ranges.emplace(0, region.capacity);
+    }
+  }
+
+  // Fixed once constructed, and read without a lock; only a forked child
+  // (single-threaded then) replaces the device files, in after_fork_child.
+  Region region;
+
+  // Guards allocations and stats. Lock order: mutex, then ranges_mutex.
   std::mutex mutex;
   // Live allocations keyed by base address, ordered so that the allocation
   // containing an interior pointer is found with upper_bound.
   std::map<uintptr_t, AllocationPtr> allocations;
   std::array<emMemStats, kNumDevices> stats{};
+
+  // Guards free_lists. Separate from `mutex` because the last reference to an
+  // allocation may go anywhere, and ~Allocation must not care which locks its
+  // caller holds.
+  std::mutex ranges_mutex;
+  std::array<FreeList, kNumDevices> free_lists;
 };
+
+State& state();
+
+Allocation::~Allocation() {
+  State& s = state();
+  // Return the pages to the OS first, so that the range is empty (reads as
+  // zeros) before anyone can be given it again. In a forked child that could
+  // not make its own copy of device memory, the file is the parent's: leave it.
+  const int fd = s.region.fds[device];
+  if (fd >= 0) {
+    (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(file_offset),
+                    static_cast<off_t>(mapped_size));
+  }
+  std::lock_guard<std::mutex> lock(s.ranges_mutex);
+  s.free_lists[device].give_back(file_offset, mapped_size);
+}
+
+// fork() gives the child a copy of host memory but, since the device files are
+// MAP_SHARED, the parent's device memory itself: the child's copies, kernels
+// and frees would land in the parent's tensors. So the child copies the device
+// files' data into files of its own and maps those in their place, as if device
+// memory were copied on fork like the rest of the process. The locks are taken
+// around fork() so that the child's copies of them are consistent.
+void before_fork() {
+  state().mutex.lock();
+  state().ranges_mutex.lock();
+}
+
+void after_fork_parent() {
+  state().ranges_mutex.unlock();
+  state().mutex.unlock();
+}
+
+// Copies the data (not the holes) of `from` into `to`, reading through the
+// read/write view at `rw`. Only system calls: the child of a multithreaded
+// process may not allocate.
+bool copy_file_data(int from, int to, const char* rw, size_t capacity) {
+  off_t pos = 0;
+  while (static_cast<size_t>(pos) < capacity) {
+    const off_t data = lseek(from, pos, SEEK_DATA);
+    if (data < 0) return errno == ENXIO; // ENXIO: no data after pos
+    off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) return false;
+    for (off_t at = data; at < hole;) {
+      const ssize_t n = pwrite(to, rw + at, static_cast<size_t>(hole - at), at);
+      if (n <= 0) return false;
+      at += n;
+    }
+    pos = hole;
+  }
+  return true;
+}
+
+void after_fork_child() {
+  State& s = state();
+  Region& region = s.region;
+  for (int d = 0; d < kNumDevices && region.base != nullptr; ++d) {
+    const int inherited = region.fds[d];
+    if (inherited < 0) continue;
+    const int own = new_device_file(d, region.capacity);
+    if (own >= 0 &&
+        copy_file_data(inherited, own, region.device_base(d) + region.offset,
+                       region.capacity) &&
+        map_views(region, d, own)) {
+      region.fds[d] = own;
+    } else {
+      // Best effort: keep sharing the parent's memory, but never punch it.
+      if (own >= 0) close(own);
+      region.fds[d] = -1;
+      static const char msg[] =
+          "ember driver: forked child shares device memory with its parent\n";
+      (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    }
+    close(inherited);
+  }
+  s.ranges_mutex.unlock();
+  s.mutex.unlock();
+}
 
 State& state() {
   // Deliberately never destroyed: callers above us (allocators, tensors held
   // by other static objects) may still call emFree during static destruction.
-  static State* const instance = new State();
+  static State* const instance = [] {
+    State* s = new State();
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    return s;
+  }();
   return *instance;
 }
 
@@ -100,79 +368,26 @@ AllocationPtr find_allocation(uintptr_t p, size_t count = 0) {
   return alloc;
 }
 
-// Whether the host range [p, p + count), count > 0, touches any device
-// mapping (padding included: it faults just the same). Caller holds the mutex.
-bool overlaps_device_memory(uintptr_t p, size_t count) {
-  const auto& allocations = state().allocations;
-  auto it = allocations.upper_bound(p);
-  if (it != allocations.end() && it->first < p + count) return true;
-  if (it != allocations.begin()) {
-    const Allocation& prev = *std::prev(it)->second;
-    return p < prev.begin() + prev.mapped_size;
-  }
-  return false;
-}
-
 // Checks one side of a copy against what the copy kind claims: a device range
 // must lie inside one live allocation (appended to `allocs`), a host range
-// must not touch device memory at all. Caller holds the mutex.
+// must not touch the device views at all (even unallocated pages there fault,
+// and the read/write view is the driver's alone). Caller holds the mutex.
 bool check_copy_side(const void* ptr, size_t count, bool on_device,
                      std::vector<AllocationPtr>& allocs) {
-  if (!on_device) return !overlaps_device_memory(addr(ptr), count);
+  if (!on_device) return !state().region.contains(addr(ptr), count);
   AllocationPtr alloc = find_allocation(addr(ptr), count);
   if (!alloc) return false;
   allocs.push_back(std::move(alloc));
   return true;
 }
 
-// Makes the pages of a set of allocations readable and writable for the
-// lifetime of the guard. Opening is reference counted per allocation, so
-// guards nest: a buffer passed to a kernel twice, or an emMemcpy issued from
-// inside a kernel, keeps the pages open until the outermost guard closes.
-// The mutex is held only while flipping protections, never while the guarded
-// work (possibly a user kernel that calls back into the driver) runs.
-class AccessGuard {
- public:
-  explicit AccessGuard(std::vector<AllocationPtr> allocs)
-      : allocs_(std::move(allocs)) {
-    // Open each allocation once, however often it was passed.
-    std::sort(allocs_.begin(), allocs_.end());
-    allocs_.erase(std::unique(allocs_.begin(), allocs_.end()), allocs_.end());
-
-    std::lock_guard<std::mutex> lock(state().mutex);
-    for (size_t i = 0; i < allocs_.size(); ++i) {
-      Allocation& a = *allocs_[i];
-      // mprotect can fail (ENOMEM) when the host cannot commit the pages.
-      if (a.open_count == 0 &&
-          mprotect(a.base, a.mapped_size, PROT_READ | PROT_WRITE) != 0) {
-        allocs_.resize(i); // the destructor closes only what was opened
-        ok_ = false;
-        break;
-      }
-      ++a.open_count;
-    }
-  }
-
-  ~AccessGuard() {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    for (const AllocationPtr& alloc : allocs_) {
-      if (--alloc->open_count == 0) {
-        // Narrowing protection on a whole mapping we own does not fail in
-        // practice; if it ever did, the pages would merely stay accessible.
-        (void)mprotect(alloc->base, alloc->mapped_size, PROT_NONE);
-      }
-    }
-  }
-
-  AccessGuard(const AccessGuard&) = delete;
-  AccessGuard& operator=(const AccessGuard&) = delete;
-
-  bool ok() const { return ok_; }
-
- private:
-  std::vector<AllocationPtr> allocs_;
-  bool ok_ = true;
-};
+// Where the driver itself reads and writes device address p.
+template <typename T>
+T* accessible(T* p) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) +
+                              state().region.offset);
+}
 
 // The event callback lives under its own mutex, not State::mutex: it is
 // copied out under the lock and called after it is released, so a callback
@@ -224,6 +439,15 @@ emError_t translate_exceptions(Fn&& fn) {
     return emErrorMemoryAllocation;
   }
 }
+
+// True on the thread running a kernel's fn (nested launches included).
+thread_local int kernel_depth = 0;
+struct KernelScope {
+  KernelScope() { ++kernel_depth; }
+  ~KernelScope() { --kernel_depth; }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+};
 
 } // namespace ember::driver::detail
 
@@ -282,21 +506,33 @@ emError_t emMalloc(void** ptr, size_t size) {
   const emError_t status = translate_exceptions([&] {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
-    emMemStats& stats = s.stats[device];
-    if (size > kDeviceCapacity - stats.bytes_in_use) {
+    // Also true when the region could not be set up (capacity 0 then).
+    if (s.region.base == nullptr || size > s.region.capacity) {
       return emErrorMemoryAllocation;
     }
-    // size <= kDeviceCapacity, so rounding up cannot overflow.
-    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t mapped_size = (size + page - 1) / page * page;
-    // Create the owner before mapping, so the pages can never leak.
-    auto alloc = std::make_shared<Allocation>(device, size, mapped_size);
-    void* base = mmap(nullptr, mapped_size, PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) return emErrorMemoryAllocation;
-    alloc->base = base;
+    // size <= capacity, so rounding up cannot overflow.
+    const size_t mapped_size = round_up_to_page(size);
+    size_t file_offset = 0;
+    {
+      std::lock_guard<std::mutex> ranges_lock(s.ranges_mutex);
+      if (!s.free_lists[device].take(mapped_size, &file_offset)) {
+        return emErrorMemoryAllocation;
+      }
+    }
+    char* base = s.region.device_base(device) + file_offset;
+    std::shared_ptr<Allocation> alloc;
+    try {
+      alloc = std::make_shared<Allocation>(device, size, mapped_size,
+                                           file_offset, base);
+    } catch (const std::bad_alloc&) {
+      std::lock_guard<std::mutex> ranges_lock(s.ranges_mutex);
+      s.free_lists[device].give_back(file_offset, mapped_size);
+      throw;
+    }
+    // If emplace throws, `alloc` gives the range back as it unwinds.
     s.allocations.emplace(addr(base), std::move(alloc));
 
+    emMemStats& stats = s.stats[device];
     stats.bytes_in_use += size;
     stats.peak_bytes_in_use =
         std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
@@ -313,7 +549,7 @@ emError_t emMalloc(void** ptr, size_t size) {
 
 emError_t emFree(void* ptr) {
   if (ptr == nullptr) return emSuccess;
-  // Declared before the lock so that the unmap (if this is the last
+  // Declared before the lock so that returning the range (if this is the last
   // reference) happens after the mutex is released.
   AllocationPtr alloc;
   {
@@ -329,14 +565,18 @@ emError_t emFree(void* ptr) {
     --stats.live_allocations;
     ++stats.total_frees;
   }
-  notify(make_event(emEventFree, alloc->device, alloc->size, ptr));
+  const int device = alloc->device;
+  const size_t size = alloc->size;
+  alloc.reset(); // returns the pages now, unless a copy or kernel still runs
+  notify(make_event(emEventFree, device, size, ptr));
   return emSuccess;
 }
 
 emError_t emPointerGetDevice(const void* ptr, int* device) {
   if (ptr == nullptr || device == nullptr) return emErrorInvalidValue;
-  std::lock_guard<std::mutex> lock(state().mutex);
-  AllocationPtr alloc = find_allocation(addr(ptr));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const AllocationPtr alloc = find_allocation(addr(ptr));
   if (!alloc) return emErrorInvalidValue;
   *device = alloc->device;
   return emSuccess;
@@ -354,9 +594,8 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
     return emErrorInvalidValue;
   }
 
-  // Look up (may allocate, so inside translate_exceptions), then open, then
-  // copy. An emFree racing in between cannot unmap the pages: `allocs` holds
-  // references.
+  // Look up (may allocate, so inside translate_exceptions), then copy. The
+  // references in `allocs` keep the ranges from being reused meanwhile.
   std::vector<AllocationPtr> allocs;
   const emError_t status = translate_exceptions([&] {
     std::lock_guard<std::mutex> lock(state().mutex);
@@ -370,31 +609,18 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
   emEvent event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
   event.memcpy_kind = kind;
   if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
-  {
-    AccessGuard guard(std::move(allocs));
-    if (!guard.ok()) return emErrorMemoryAllocation;
-    // memmove: a device-to-device copy within one allocation may overlap.
-    std::memmove(dst, src, count);
-  }
+  void* to = kind == emMemcpyDeviceToHost ? dst : accessible(dst);
+  const void* from = kind == emMemcpyHostToDevice ? src : accessible(src);
+  // memmove: a device-to-device copy within one allocation may overlap.
+  std::memmove(to, from, count);
+  allocs.clear(); // may return freed ranges: before the callback runs
   notify(event);
   return emSuccess;
 }
 
-namespace {
-// True on the thread running a kernel's fn (nested launches included).
-thread_local int kernel_depth = 0;
-struct KernelScope {
-  KernelScope() { ++kernel_depth; }
-  ~KernelScope() { --kernel_depth; }
-  KernelScope(const KernelScope&) = delete;
-  KernelScope& operator=(const KernelScope&) = delete;
-};
-} // namespace
-
 emError_t emGetKernelOffset(ptrdiff_t* offset) {
   if (offset == nullptr || kernel_depth == 0) return emErrorInvalidValue;
-  // Today the launch opens the buffers' own pages, so the offset is 0.
-  *offset = 0;
+  *offset = state().region.offset;
   return emSuccess;
 }
 
@@ -405,6 +631,7 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   }
   std::vector<AllocationPtr> allocs;
   const emError_t status = translate_exceptions([&] {
+    allocs.reserve(num_buffers);
     std::lock_guard<std::mutex> lock(state().mutex);
     for (size_t i = 0; i < num_buffers; ++i) {
       if (buffers[i] == nullptr) continue; // e.g. an empty tensor's data
@@ -415,15 +642,13 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
     return emSuccess;
   });
   if (status != emSuccess) return status;
-  // The guard drops the mutex before fn runs, so fn may call back into the
-  // driver. fn must not throw; if it did, the guard would still reseal the
-  // pages as the exception unwinds.
+  // No lock is held while fn runs, so fn may call back into the driver
+  // (including emFree of its own buffers: `allocs` keeps them usable).
   {
-    AccessGuard guard(std::move(allocs));
-    if (!guard.ok()) return emErrorMemoryAllocation;
     KernelScope scope;
     fn(arg);
   }
+  allocs.clear();
   emEvent event = make_event(emEventKernelLaunch, current_device, 0, nullptr);
   event.num_buffers = num_buffers;
   notify(event);

@@ -2,10 +2,12 @@
 //
 // This layer knows nothing about PyTorch. It plays the part of a vendor's
 // driver library (think libcudart): PyTorch integration code sits on top of
-// it and every call into it is checked. Device memory lives in pages that the
-// host cannot touch: only the driver's copies and kernel launches open them
-// for the duration of the work, so a host dereference of a device pointer
-// faults exactly as it would on real hardware.
+// it and every call into it is checked. The host cannot touch device memory:
+// the addresses emMalloc returns lie in pages mapped with no access, so a host
+// dereference of a device pointer faults exactly as it would on real
+// hardware. The same memory is mapped a second time, read/write, at a fixed
+// offset that only the driver's copies and kernels use (emGetKernelOffset):
+// kernels run at full speed, and no protection changes per call.
 #pragma once
 
 #include <stddef.h>
@@ -52,8 +54,12 @@ emError_t emSetDevice(int device);
 emError_t emDeviceSynchronize(int device);
 
 // Memory. emMalloc allocates on the current device; size 0 yields nullptr.
-// emFree(nullptr) is a no-op. emPointerGetDevice tells which device owns a
-// pointer returned by emMalloc (or a pointer inside such an allocation).
+// Allocations are page-aligned. Each device holds 4 GiB (or
+// EMBER_DEVICE_MEMORY_BYTES, read once), and emMalloc fails with
+// emErrorMemoryAllocation when no free range of the device is large enough.
+// emFree returns the pages to the host OS. emFree(nullptr) is a no-op.
+// emPointerGetDevice tells which device owns a pointer returned by emMalloc
+// (or a pointer inside such an allocation).
 emError_t emMalloc(void** ptr, size_t size);
 emError_t emFree(void* ptr);
 emError_t emPointerGetDevice(const void* ptr, int* device);
@@ -62,18 +68,23 @@ emError_t emPointerGetDevice(const void* ptr, int* device);
 // the same or different devices). Synchronous.
 emError_t emMemcpy(void* dst, const void* src, size_t count, emMemcpyKind kind);
 
-// Runs fn(arg) "on the device": the device buffers in `buffers` are readable
-// and writable while fn runs, and nowhere else. This is how kernels execute.
+// Runs fn(arg) "on the device" (on the calling thread). This is how kernels
+// execute. `buffers` names every allocation fn touches (interior pointers are
+// fine, nullptr entries are skipped): the launch checks them and keeps them
+// alive until fn returns, so freeing one meanwhile cannot hand its memory to
+// a new allocation. Device addresses stay inaccessible even inside fn, which
+// reads and writes device address p at (char*)p + emGetKernelOffset's offset.
 emError_t emLaunchKernel(
     void (*fn)(void* arg),
     void* arg,
     void* const* buffers,
     size_t num_buffers);
 
-// Inside a kernel (on the thread emLaunchKernel runs fn on): the offset at
-// which the kernel reads and writes device memory. Device address p is
-// accessible to the kernel at (char*)p + offset; the device address itself
-// stays inaccessible to the host. Outside a kernel: emErrorInvalidValue.
+// Inside a kernel (on the thread emLaunchKernel runs fn on, not on threads
+// fn starts): the offset at which the kernel reads and writes device memory,
+// one offset for all devices. Device address p is accessible to the kernel at
+// (char*)p + offset; the device address itself stays inaccessible to the
+// host. Outside a kernel: emErrorInvalidValue.
 emError_t emGetKernelOffset(ptrdiff_t* offset);
 
 emError_t emMemGetStats(int device, emMemStats* stats);

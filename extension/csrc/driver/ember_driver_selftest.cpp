@@ -1,6 +1,6 @@
 // Smoke test for the ember driver's C API. No PyTorch involved:
-//   g++ -std=c++17 -O1 -fPIC ember_driver.cpp ember_driver_selftest.cpp
-//       -o /tmp/t && /tmp/t
+//   g++ -std=c++17 -O1 -pthread ember_driver.cpp ember_driver_selftest.cpp
+//       -o /tmp/t && /tmp/t [expected per-device capacity in bytes]
 // Exits non-zero if any check fails.
 
 #include "ember_driver.h"
@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -195,26 +197,31 @@ void test_bad_free_and_oom() {
 }
 
 struct KernelArgs {
-  unsigned char* a;
-  unsigned char* b; // a device buffer the kernel is not handed
+  unsigned char* a; // device address
   size_t n;
-  int a_read_signal;
-  int b_read_signal;
+  ptrdiff_t offset = 0;
+  int device_read_signal = -1;     // host read of a device address, in fn
+  int translated_read_signal = -1; // host read through the offset, in fn
+  emError_t worker_offset = emSuccess; // emGetKernelOffset off fn's thread
 };
 
 void fill_kernel(void* raw) {
   auto* args = static_cast<KernelArgs*>(raw);
-  for (size_t i = 0; i < args->n; ++i) {
-    args->a[i] = static_cast<unsigned char>(i);
-  }
-  // An emMemcpy issued by the kernel nests: `a` is still writable after it.
+  if (emGetKernelOffset(&args->offset) != emSuccess) return;
+  unsigned char* a = args->a + args->offset; // where fn may touch `a`
+  for (size_t i = 0; i < args->n; ++i) a[i] = static_cast<unsigned char>(i);
+  // An emMemcpy issued by the kernel takes device addresses, as always.
   const unsigned char tag = 0xAB;
   emMemcpy(args->a, &tag, 1, emMemcpyHostToDevice);
-  args->a[1] = 0xCD;
-  // The kernel's buffers are open to the host; buffers not handed to the
-  // launch stay closed while it runs.
-  args->a_read_signal = host_read_signal(args->a);
-  args->b_read_signal = host_read_signal(args->b);
+  a[1] = 0xCD;
+  // The device address faults even inside the kernel; the translated one
+  // does not (the forked child reads its own copy of device memory).
+  args->device_read_signal = host_read_signal(args->a);
+  args->translated_read_signal = host_read_signal(a);
+  // Threads the kernel starts are not "in the kernel".
+  ptrdiff_t ignored = 0;
+  std::thread([&] { args->worker_offset = emGetKernelOffset(&ignored); })
+      .join();
 }
 
 bool ran = false;
@@ -225,26 +232,51 @@ void mark_ran(void*) {
 void test_kernel_launch() {
   const size_t n = 3 * 4096;
   void* a = nullptr;
-  void* b = nullptr;
   CHECK_OK(emMalloc(&a, n));
-  CHECK_OK(emMalloc(&b, 16));
-  CHECK(host_read_signal(a) == SIGSEGV); // idle device memory is sealed
+  CHECK(host_read_signal(a) == SIGSEGV); // device memory is not host memory
 
-  KernelArgs args{static_cast<unsigned char*>(a),
-                  static_cast<unsigned char*>(b), n, -1, -1};
+  ptrdiff_t offset = 123;
+  CHECK_EM(emGetKernelOffset(&offset), emErrorInvalidValue); // not in a kernel
+  CHECK(offset == 123);
+
+  KernelArgs args{static_cast<unsigned char*>(a), n};
   // The same allocation twice (once through an interior pointer) plus a
   // nullptr, which is skipped.
   void* const buffers[] = {a, static_cast<char*>(a) + 100, nullptr};
   CHECK_OK(emLaunchKernel(fill_kernel, &args, buffers, 3));
-  CHECK(args.a_read_signal == 0);
-  CHECK(args.b_read_signal == SIGSEGV);
-  CHECK(host_read_signal(a) == SIGSEGV); // sealed again after the kernel
+  CHECK(args.offset != 0);
+  CHECK(args.device_read_signal == SIGSEGV);
+  CHECK(args.translated_read_signal == 0);
+  CHECK(args.worker_offset == emErrorInvalidValue);
+  CHECK_EM(emGetKernelOffset(&offset), emErrorInvalidValue); // over again
+  CHECK(host_read_signal(a) == SIGSEGV);
 
+  // What the kernel wrote through the offset is what a copy reads back.
   std::vector<unsigned char> back(n);
   CHECK_OK(emMemcpy(back.data(), a, n, emMemcpyDeviceToHost));
   CHECK(back[0] == 0xAB && back[1] == 0xCD && back[2] == 2);
   CHECK(back[n - 1] == static_cast<unsigned char>(n - 1));
-  CHECK(host_read_signal(a) == SIGSEGV); // and after the copy
+
+  // The read/write view is the driver's: not host memory for a copy either.
+  char* translated = static_cast<char*>(a) + args.offset;
+  CHECK_EM(emMemcpy(a, translated, 8, emMemcpyHostToDevice),
+           emErrorInvalidValue);
+  CHECK_EM(emMemcpy(translated, a, 8, emMemcpyDeviceToHost),
+           emErrorInvalidValue);
+  int on_device = -1;
+  CHECK_EM(emPointerGetDevice(translated, &on_device), emErrorInvalidValue);
+
+  // One offset for both devices: a kernel on device 1 gets the same one.
+  CHECK_OK(emSetDevice(1));
+  void* b = nullptr;
+  CHECK_OK(emMalloc(&b, 16));
+  static ptrdiff_t offset_on_1 = 0;
+  void* const on_1[] = {b};
+  CHECK_OK(emLaunchKernel([](void*) { emGetKernelOffset(&offset_on_1); },
+                          nullptr, on_1, 1));
+  CHECK(offset_on_1 == args.offset);
+  CHECK_OK(emFree(b));
+  CHECK_OK(emSetDevice(0));
 
   // Bad launches: fn is not run.
   int on_host = 0;
@@ -256,7 +288,145 @@ void test_kernel_launch() {
   CHECK(ran);
 
   CHECK_OK(emFree(a));
-  CHECK_OK(emFree(b));
+}
+
+// A kernel frees its own buffer: the launch still holds it, so the kernel can
+// keep writing it and a new allocation does not get its range until the
+// kernel ends.
+struct FreeInKernelArgs {
+  void* buffer;
+  size_t n;
+  void* during = nullptr; // allocated inside the kernel, after the free
+  bool ok = false;
+};
+
+void free_in_kernel(void* raw) {
+  auto* args = static_cast<FreeInKernelArgs*>(raw);
+  ptrdiff_t offset = 0;
+  args->ok = emGetKernelOffset(&offset) == emSuccess &&
+      emFree(args->buffer) == emSuccess &&
+      emMalloc(&args->during, args->n) == emSuccess;
+  std::memset(static_cast<char*>(args->buffer) + offset, 0x5A, args->n);
+}
+
+void test_free_while_kernel_runs() {
+  const size_t n = 2 * 4096;
+  void* p = nullptr;
+  CHECK_OK(emMalloc(&p, n));
+  FreeInKernelArgs args{p, n};
+  void* const buffers[] = {p};
+  CHECK_OK(emLaunchKernel(free_in_kernel, &args, buffers, 1));
+  CHECK(args.ok);
+  CHECK(args.during != nullptr && args.during != p);
+  CHECK_OK(emFree(args.during));
+  // After the kernel the range is free again, and first fit hands it out.
+  void* again = nullptr;
+  CHECK_OK(emMalloc(&again, n));
+  CHECK(again == p);
+  CHECK_OK(emFree(again));
+}
+
+// Resident shared memory of this process, from /proc/self/status (kB).
+long rss_shmem_kb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "RssShmem: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb;
+}
+
+// Freed device memory goes back to the OS, and its range is reused.
+void test_free_returns_memory() {
+  const size_t n = size_t{8} << 20;
+  const long before = rss_shmem_kb();
+  CHECK(before >= 0);
+  void* p = nullptr;
+  CHECK_OK(emMalloc(&p, n));
+  const std::vector<unsigned char> ones(n, 1);
+  CHECK_OK(emMemcpy(p, ones.data(), n, emMemcpyHostToDevice));
+  const long filled = rss_shmem_kb();
+  CHECK(filled - before >= static_cast<long>(n >> 10) * 9 / 10);
+  CHECK_OK(emFree(p));
+  const long freed = rss_shmem_kb();
+  CHECK(freed - before < 1024); // less than 1 MiB of the 8 MiB remain
+
+  void* q = nullptr;
+  CHECK_OK(emMalloc(&q, n));
+  CHECK(q == p); // first fit: the same range
+  // Its old pages are gone: the reused range reads as fresh (zero) pages.
+  std::vector<unsigned char> back(n, 7);
+  CHECK_OK(emMemcpy(back.data(), q, n, emMemcpyDeviceToHost));
+  CHECK(std::count(back.begin(), back.end(), 0) == static_cast<long>(n));
+  CHECK_OK(emFree(q));
+}
+
+// Fills device 1 to `capacity` and back. Only address space is used: the
+// pages are never touched.
+void test_capacity(size_t capacity) {
+  CHECK_OK(emSetDevice(1));
+  const emMemStats before = stats_of(1);
+  void* all = nullptr;
+  CHECK_OK(emMalloc(&all, capacity));
+  void* more = &all;
+  CHECK_EM(emMalloc(&more, 1), emErrorMemoryAllocation);
+  CHECK(more == nullptr);
+  CHECK(stats_of(1).total_allocations == before.total_allocations + 1);
+  CHECK_OK(emFree(all));
+
+  // Three pieces; freeing the first two (neighbours) must leave one range
+  // of half the capacity, which only coalescing provides.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t quarter = capacity / 4 / page * page;
+  void* piece[3] = {};
+  CHECK_OK(emMalloc(&piece[0], quarter));
+  CHECK_OK(emMalloc(&piece[1], quarter));
+  CHECK_OK(emMalloc(&piece[2], capacity - 2 * quarter));
+  CHECK_EM(emMalloc(&more, 1), emErrorMemoryAllocation);
+  CHECK_OK(emFree(piece[1]));
+  CHECK_OK(emFree(piece[0]));
+  void* half = nullptr;
+  CHECK_OK(emMalloc(&half, 2 * quarter));
+  CHECK(half == piece[0]);
+  CHECK_OK(emFree(half));
+  CHECK_OK(emFree(piece[2]));
+  CHECK_EM(emMalloc(&more, capacity + 1), emErrorMemoryAllocation);
+  CHECK(stats_of(1).bytes_in_use == before.bytes_in_use);
+  CHECK_OK(emSetDevice(0));
+}
+
+// fork() gives the child its own copy of device memory, as of the fork: what
+// either process then writes or frees, the other does not see.
+void test_fork() {
+  const size_t n = 3 * 4096;
+  std::vector<unsigned char> pattern(n);
+  for (size_t i = 0; i < n; ++i) {
+    pattern[i] = static_cast<unsigned char>(i % 251);
+  }
+  void* p = nullptr;
+  CHECK_OK(emMalloc(&p, n));
+  CHECK_OK(emMemcpy(p, pattern.data(), n, emMemcpyHostToDevice));
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<unsigned char> seen(n);
+    bool ok = emMemcpy(seen.data(), p, n, emMemcpyDeviceToHost) == emSuccess &&
+        seen == pattern;
+    const std::vector<unsigned char> zeros(n, 0);
+    ok = ok &&
+        emMemcpy(p, zeros.data(), n, emMemcpyHostToDevice) == emSuccess &&
+        emFree(p) == emSuccess;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<unsigned char> back(n);
+  CHECK_OK(emMemcpy(back.data(), p, n, emMemcpyDeviceToHost));
+  CHECK(back == pattern);
+  CHECK_OK(emFree(p));
 }
 
 // Two threads, one per device, allocating, copying, launching and freeing at
@@ -383,12 +553,21 @@ void test_event_callback() {
 
 } // namespace
 
-int main() {
+// argv[1]: the per-device capacity the driver should have (bytes); default
+// 4 GiB. tests/test_driver_selftest.py runs this program with and without
+// EMBER_DEVICE_MEMORY_BYTES.
+int main(int argc, char** argv) {
+  const size_t capacity =
+      argc > 1 ? std::strtoull(argv[1], nullptr, 10) : size_t{4} << 30;
   test_devices();
   test_malloc_free_stats();
   test_copies();
   test_bad_free_and_oom();
   test_kernel_launch();
+  test_free_while_kernel_runs();
+  test_free_returns_memory();
+  test_capacity(capacity);
+  test_fork();
   test_threads();
   test_error_strings();
   test_event_callback();

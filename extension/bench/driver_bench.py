@@ -1,0 +1,61 @@
+"""The driver's costs, measured: `python extension/bench/driver_bench.py`.
+
+Builds driver_bench.cpp with the driver's source into a temporary directory and runs it:
+the old design's mprotect pair on a populated 4 MiB region against the launch cost now,
+a 1M-float add on the host and as an ember kernel, and 64 MiB copies against a host memcpy.
+Then, for the issue's reference point, PyTorch's own CPU add of 1M float32 elements.
+Numbers are medians on this machine, printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE.parent / "csrc" / "driver"
+
+
+def run_driver_bench() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        program = Path(tmp) / "driver_bench"
+        sources = [HERE / "driver_bench.cpp", DRIVER / "ember_driver.cpp"]
+        subprocess.run(
+            ["c++", "-std=c++17", "-O3", "-pthread", f"-I{DRIVER}", *map(str, sources), "-o", str(program)],
+            check=True,
+        )
+        return subprocess.run([str(program)], check=True, capture_output=True, text=True).stdout
+
+
+def torch_cpu_add_us(elements: int = 1 << 20, repeats: int = 200) -> float | None:
+    """Median time of torch.add(a, b, out=c) on the CPU, in microseconds (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    a, b = torch.rand(elements), torch.rand(elements)
+    c = torch.empty(elements)
+    for _ in range(20):
+        torch.add(a, b, out=c)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.add(a, b, out=c)
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def main() -> None:
+    print(run_driver_bench(), end="")
+    add = torch_cpu_add_us()
+    if add is not None:
+        print(f"torch.add of 1M float32 on the CPU (ATen)    {add:8.1f} us")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
