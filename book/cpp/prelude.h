@@ -44,6 +44,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/TensorIterator.h>
+// Chapter 04: at::parallel_for, for the matrix and convolution kernels.
+#include <ATen/Parallel.h>
 
 // Chapter 05: custom operators.
 

@@ -1,0 +1,321 @@
+// 2-D convolution on ember, forward and backward: im2col plus the gemm loops
+// of EmberBlas.h, reached through convolution_overrideable and
+// convolution_backward_overrideable.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <torch/library.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "aten/EmberBlas.h"
+
+// ember-book: begin convolution_kernels
+namespace ember::conv {
+
+// The geometry of one 2-D convolution, NCHW. The channels split into
+// `groups` independent convolutions; each image and group ("unit") is one
+// gemm: out[oc, p] = sum over patch q of weight[oc, q] * cols[q, p], where
+// cols (im2col) holds, for each output position p, the input patch it sees.
+struct Shape {
+  int64_t batch, channels, height, width;
+  int64_t out_channels, kernel_h, kernel_w, out_h, out_w;
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+
+  int64_t groupChannels() const { return channels / groups; }
+  int64_t groupOutChannels() const { return out_channels / groups; }
+  int64_t patch() const { return groupChannels() * kernel_h * kernel_w; }
+  int64_t positions() const { return out_h * out_w; }
+  int64_t units() const { return batch * groups; }
+};
+
+int64_t pick(c10::SymIntArrayRef values, size_t i) {
+  return (values.size() == 1 ? values[0] : values.at(i)).expect_int();
+}
+
+Shape shapeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
+              c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+              c10::SymIntArrayRef dilation, int64_t groups) {
+  TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "ember: ", op, " on ",
+              input.device(), " supports 2-D convolutions (4-D input and "
+              "weight), got ", input.dim(), "-D input and ", weight.dim(),
+              "-D weight");
+  TORCH_CHECK(input.device() == weight.device() && input.is_privateuseone(),
+              "ember: ", op, " expects input and weight on one ember device, "
+              "got ", input.device(), " and ", weight.device());
+  const at::ScalarType dtype = input.scalar_type();
+  TORCH_CHECK(dtype == weight.scalar_type() &&
+                  (dtype == at::kFloat || dtype == at::kDouble),
+              "ember: ", op, " on ", input.device(), " supports float32 and "
+              "float64 (input and weight alike), got ", dtype, " and ",
+              weight.scalar_type());
+  Shape s{input.size(0), input.size(1), input.size(2), input.size(3),
+          weight.size(0), weight.size(2), weight.size(3), 0, 0,
+          pick(stride, 0), pick(stride, 1), pick(padding, 0), pick(padding, 1),
+          pick(dilation, 0), pick(dilation, 1), groups};
+  TORCH_CHECK(groups > 0 && s.channels % groups == 0 &&
+                  s.out_channels % groups == 0 &&
+                  weight.size(1) == s.groupChannels(),
+              "ember: ", op, " on ", input.device(), ": weight ",
+              weight.sizes(), " does not fit input ", input.sizes(),
+              " with groups=", groups);
+  s.out_h = (s.height + 2 * s.pad_h - s.dilation_h * (s.kernel_h - 1) - 1) /
+          s.stride_h + 1;
+  s.out_w = (s.width + 2 * s.pad_w - s.dilation_w * (s.kernel_w - 1) - 1) /
+          s.stride_w + 1;
+  TORCH_CHECK(s.out_h > 0 && s.out_w > 0, "ember: ", op, " on ",
+              input.device(), ": the kernel does not fit the padded input");
+  return s;
+}
+
+// Unit (n, g) of `input` (any strides) into cols[patch][positions].
+template <typename T>
+void im2col(const Shape& s, const T* input, c10::IntArrayRef strides,
+            int64_t n, int64_t g, T* cols) {
+  for (int64_t c = 0; c < s.groupChannels(); ++c) {
+    const T* plane = input + n * strides[0] + (g * s.groupChannels() + c) * strides[1];
+    for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
+        T* row = cols + ((c * s.kernel_h + ky) * s.kernel_w + kx) * s.positions();
+        for (int64_t oy = 0; oy < s.out_h; ++oy) {
+          const int64_t y = oy * s.stride_h - s.pad_h + ky * s.dilation_h;
+          for (int64_t ox = 0; ox < s.out_w; ++ox) {
+            const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
+            const bool inside = y >= 0 && y < s.height && x >= 0 && x < s.width;
+            row[oy * s.out_w + ox] =
+                inside ? plane[y * strides[2] + x * strides[3]] : T(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reverse: add cols back into unit (n, g) of a contiguous image
+// gradient, which the caller zeroed. Overlapping patches add up.
+template <typename T>
+void col2im(const Shape& s, const T* cols, int64_t n, int64_t g, T* image) {
+  for (int64_t c = 0; c < s.groupChannels(); ++c) {
+    T* plane = image + (n * s.channels + g * s.groupChannels() + c) * s.height * s.width;
+    for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
+        const T* row = cols + ((c * s.kernel_h + ky) * s.kernel_w + kx) * s.positions();
+        for (int64_t oy = 0; oy < s.out_h; ++oy) {
+          const int64_t y = oy * s.stride_h - s.pad_h + ky * s.dilation_h;
+          for (int64_t ox = 0; ox < s.out_w; ++ox) {
+            const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
+            if (y >= 0 && y < s.height && x >= 0 && x < s.width) {
+              plane[y * s.width + x] += row[oy * s.out_w + ox];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// One gemm of a unit: weight is (out_channels, patch), contiguous.
+template <typename T>
+blas::Gemm<T> unitGemm(int64_t m, int64_t n, int64_t k) {
+  blas::Gemm<T> p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+// out[n, oc, :, :] = bias[oc] + the unit's gemm, one launch for everything.
+at::Tensor forward(const char* op, const at::Tensor& input,
+                   const at::Tensor& weight_any,
+                   const std::optional<at::Tensor>& bias,
+                   const Shape& s) {
+  const at::Tensor weight = weight_any.contiguous();
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (has_bias) {
+    TORCH_CHECK(bias->device() == input.device() &&
+                    bias->scalar_type() == input.scalar_type() &&
+                    bias->dim() == 1 && bias->size(0) == s.out_channels,
+                "ember: ", op, " on ", input.device(), " expects a bias of ",
+                s.out_channels, " elements like the input, got ",
+                bias->sizes(), " ", bias->scalar_type(), " on ",
+                bias->device());
+  }
+  const c10::DeviceGuard guard(input.device());
+  at::Tensor out = at::empty({s.batch, s.out_channels, s.out_h, s.out_w},
+                             input.options());
+  if (out.numel() == 0) {
+    return out;
+  }
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_convolution", [&] {
+    const scalar_t* in = input.const_data_ptr<scalar_t>();
+    const scalar_t* w = weight.const_data_ptr<scalar_t>();
+    const scalar_t* b = has_bias ? bias->const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    const int64_t bias_stride = has_bias ? bias->stride(0) : 0;
+    const c10::IntArrayRef strides = input.strides();
+    blas::launch({in, w, b, o}, [&](ptrdiff_t offset) {
+      const scalar_t* kin = blas::onDevice(in, offset);
+      at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
+        std::vector<scalar_t> cols(s.patch() * s.positions());
+        for (int64_t unit = begin; unit < end; ++unit) {
+          const int64_t n = unit / s.groups, g = unit % s.groups;
+          im2col(s, kin, strides, n, g, cols.data());
+          auto p = unitGemm<scalar_t>(s.groupOutChannels(), s.positions(), s.patch());
+          const int64_t first = g * s.groupOutChannels();
+          p.a = {blas::onDevice(w, offset) + first * s.patch(), 0, s.patch(), 1};
+          p.b = {cols.data(), 0, s.positions(), 1};
+          if (b != nullptr) { // bias[oc] along each row: column stride 0
+            p.s = {blas::onDevice(b, offset) + first * bias_stride, 0, bias_stride, 0};
+            p.beta = scalar_t(1);
+          }
+          p.c = {blas::onDevice(o, offset) + (n * s.out_channels + first) * s.positions(),
+                 0, s.positions(), 1};
+          blas::gemm(p);
+        }
+      });
+    });
+  });
+  return out;
+}
+
+// Gradients of input, weight and bias, as output_mask asks.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
+    const char* op, const at::Tensor& grad_output_any, const at::Tensor& input,
+    const at::Tensor& weight_any, const Shape& s, std::array<bool, 3> mask) {
+  TORCH_CHECK(grad_output_any.device() == input.device() &&
+                  grad_output_any.scalar_type() == input.scalar_type(),
+              "ember: ", op, " expects grad_output on ", input.device(),
+              " with dtype ", input.scalar_type(), ", got ",
+              grad_output_any.device(), " ", grad_output_any.scalar_type());
+  // Often an expanded tensor (stride 0) from sum(): the gemms want rows.
+  const at::Tensor grad_output = grad_output_any.contiguous();
+  const at::Tensor weight = weight_any.contiguous();
+  const c10::DeviceGuard guard(input.device());
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) grad_input = at::empty(input.sizes(), input.options());
+  if (mask[1]) grad_weight = at::empty(weight.sizes(), weight.options());
+  if (mask[2]) grad_bias = at::empty({s.out_channels}, input.options());
+  const int64_t cols_size = s.patch() * s.positions();
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_convolution_backward", [&] {
+    const scalar_t* go = grad_output.const_data_ptr<scalar_t>();
+    const scalar_t* in = input.const_data_ptr<scalar_t>();
+    const scalar_t* w = weight.const_data_ptr<scalar_t>();
+    scalar_t* gi = mask[0] ? grad_input.mutable_data_ptr<scalar_t>() : nullptr;
+    scalar_t* gw = mask[1] ? grad_weight.mutable_data_ptr<scalar_t>() : nullptr;
+    scalar_t* gb = mask[2] ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr;
+    const c10::IntArrayRef strides = input.strides();
+    const int64_t oc_g = s.groupOutChannels();
+    blas::launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
+      const scalar_t* kgo = blas::onDevice(go, offset);
+      const scalar_t* kin = blas::onDevice(in, offset);
+      const scalar_t* kw = blas::onDevice(w, offset);
+      if (gi != nullptr) { // cols = weight_g^T @ grad_out_g, then col2im
+        scalar_t* kgi = blas::onDevice(gi, offset);
+        std::fill(kgi, kgi + input.numel(), scalar_t(0));
+        at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
+          std::vector<scalar_t> cols(cols_size);
+          for (int64_t unit = begin; unit < end; ++unit) {
+            const int64_t n = unit / s.groups, g = unit % s.groups;
+            auto p = unitGemm<scalar_t>(s.patch(), s.positions(), oc_g);
+            p.a = {kw + g * oc_g * s.patch(), 0, 1, s.patch()}; // transposed
+            p.b = {kgo + (n * s.out_channels + g * oc_g) * s.positions(), 0,
+                   s.positions(), 1};
+            p.c = {cols.data(), 0, s.positions(), 1};
+            blas::gemm(p);
+            col2im(s, cols.data(), n, g, kgi);
+          }
+        });
+      }
+      if (gw != nullptr) { // weight_g = sum over images of grad_out_g @ cols^T
+        scalar_t* kgw = blas::onDevice(gw, offset);
+        std::vector<scalar_t> cols(cols_size);
+        for (int64_t g = 0; g < s.groups; ++g) {
+          for (int64_t n = 0; n < s.batch; ++n) {
+            im2col(s, kin, strides, n, g, cols.data());
+            auto p = unitGemm<scalar_t>(oc_g, s.patch(), s.positions());
+            p.a = {kgo + (n * s.out_channels + g * oc_g) * s.positions(), 0,
+                   s.positions(), 1};
+            p.b = {cols.data(), 0, 1, s.positions()}; // transposed
+            p.c = {kgw + g * oc_g * s.patch(), 0, s.patch(), 1};
+            if (n > 0) { // accumulate: C = 1 * C + A @ B
+              p.s = {p.c.data, 0, s.patch(), 1};
+              p.beta = scalar_t(1);
+            }
+            blas::gemm(p); // parallel over the rows of weight_g
+          }
+        }
+      }
+      if (gb != nullptr) { // bias: grad_output summed over images and positions
+        scalar_t* kgb = blas::onDevice(gb, offset);
+        at::parallel_for(0, s.out_channels, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t oc = begin; oc < end; ++oc) {
+            scalar_t sum = 0;
+            for (int64_t n = 0; n < s.batch; ++n) {
+              const scalar_t* row = kgo + (n * s.out_channels + oc) * s.positions();
+              for (int64_t p = 0; p < s.positions(); ++p) {
+                sum += row[p];
+              }
+            }
+            kgb[oc] = sum;
+          }
+        });
+      }
+    });
+  });
+  return {grad_input, grad_weight, grad_bias};
+}
+
+} // namespace ember::conv
+// ember-book: end convolution_kernels
+
+// ember-book: begin convolution
+namespace ember::conv {
+
+// conv1d/2d/3d, Conv2d, F.conv2d with padding="same", ... all end in
+// aten::convolution, whose autograd kernel records ConvolutionBackward0 and
+// whose default kernel (_convolution) checks the arguments, turns 1-D into
+// 2-D and, for a device it does not know, calls this operator.
+at::Tensor convolution_overrideable(
+    const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+    bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  constexpr const char* op = "aten::convolution_overrideable";
+  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
+              ": transposed convolutions are not implemented");
+  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
+                          groups.expect_int());
+  return forward(op, input, weight, bias, s);
+}
+
+// ConvolutionBackward0 calls aten::convolution_backward, whose default
+// kernel calls this one for ember tensors.
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input,
+    const at::Tensor& weight, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+    bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
+    std::array<bool, 3> output_mask) {
+  constexpr const char* op = "aten::convolution_backward_overrideable";
+  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
+              ": transposed convolutions are not implemented");
+  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
+                          groups.expect_int());
+  return backward(op, grad_output, input, weight, s, output_mask);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable",
+         TORCH_FN(convolution_backward_overrideable));
+}
+
+} // namespace ember::conv
+// ember-book: end convolution
