@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -42,6 +43,21 @@ double median_us(const std::function<void()>& fn, int reps, int inner) {
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// Median times of a and b, measured in alternation so that both see the same
+// background load.
+std::pair<double, double> paired_median_us(const std::function<void()>& a,
+                                           const std::function<void()>& b,
+                                           int reps, int inner) {
+  std::vector<double> times_a, times_b;
+  for (int r = 0; r < reps; ++r) {
+    times_a.push_back(median_us(a, 1, inner));
+    times_b.push_back(median_us(b, 1, inner));
+  }
+  std::sort(times_a.begin(), times_a.end());
+  std::sort(times_b.begin(), times_b.end());
+  return {times_a[reps / 2], times_b[reps / 2]};
 }
 
 constexpr size_t kAddElements = size_t{1} << 20;
@@ -116,14 +132,12 @@ int main() {
   // --- A 1M-float add: on the host, and as an ember kernel.
   std::vector<float> ha(kAddElements, 1.0f), hb(kAddElements, 2.0f),
       hc(kAddElements, 0.0f);
-  const double host_add = median_us(
-      [&] { add_floats(ha.data(), hb.data(), hc.data(), kAddElements); }, 15,
-      20);
   AddArgs args{static_cast<const float*>(buffers[0]),
                static_cast<const float*>(buffers[1]),
                static_cast<float*>(buffers[2])};
-  const double kernel_add = median_us(
-      [&] { emLaunchKernel(add_kernel, &args, buffers.data(), 3); }, 15, 20);
+  const auto [host_add, kernel_add] = paired_median_us(
+      [&] { add_floats(ha.data(), hb.data(), hc.data(), kAddElements); },
+      [&] { emLaunchKernel(add_kernel, &args, buffers.data(), 3); }, 21, 10);
   float check_value = 0.0f;
   check(emMemcpy(&check_value, buffers[2], sizeof(float),
                  emMemcpyDeviceToHost),
@@ -140,16 +154,15 @@ int main() {
   void* device = nullptr;
   check(emMalloc(&device, big), "emMalloc");
   check(emMemcpy(device, src.data(), big, emMemcpyHostToDevice), "emMemcpy");
-  const double h2d = median_us(
-      [&] { emMemcpy(device, src.data(), big, emMemcpyHostToDevice); }, 9, 2);
+  const auto host_memcpy = [&] {
+    std::memcpy(dst.data(), src.data(), big);
+    asm volatile("" : : "r"(dst.data()) : "memory");
+  };
+  const auto [h2d, host_copy] = paired_median_us(
+      [&] { emMemcpy(device, src.data(), big, emMemcpyHostToDevice); },
+      host_memcpy, 11, 2);
   const double d2h = median_us(
-      [&] { emMemcpy(dst.data(), device, big, emMemcpyDeviceToHost); }, 9, 2);
-  const double host_copy = median_us(
-      [&] {
-        std::memcpy(dst.data(), src.data(), big);
-        asm volatile("" : : "r"(dst.data()) : "memory");
-      },
-      9, 2);
+      [&] { emMemcpy(dst.data(), device, big, emMemcpyDeviceToHost); }, 11, 2);
   check(emFree(device), "emFree");
   // A first copy into a fresh allocation also pays for the page faults.
   void* fresh = nullptr;
