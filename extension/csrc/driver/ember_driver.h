@@ -53,11 +53,10 @@ emError_t emSetDevice(int device);
 // Waits until all work issued to `device` has finished.
 emError_t emDeviceSynchronize(int device);
 
-// Memory. emMalloc allocates on the current device; size 0 yields nullptr.
-// Allocations are page-aligned. Each device holds 4 GiB (or
-// EMBER_DEVICE_MEMORY_BYTES, read once), and emMalloc fails with
-// emErrorMemoryAllocation when no free range of the device is large enough.
-// emFree returns the pages to the host OS. emFree(nullptr) is a no-op.
+// Memory. emMalloc allocates on the current device (page-aligned; size 0
+// yields nullptr). It fails with emErrorMemoryAllocation when the device's
+// 4 GiB (EMBER_DEVICE_MEMORY_BYTES, read once) hold no free range that large.
+// emFree returns the pages to the OS; emFree(nullptr) is a no-op.
 // emPointerGetDevice tells which device owns a pointer returned by emMalloc
 // (or a pointer inside such an allocation).
 emError_t emMalloc(void** ptr, size_t size);
@@ -68,23 +67,19 @@ emError_t emPointerGetDevice(const void* ptr, int* device);
 // the same or different devices). Synchronous.
 emError_t emMemcpy(void* dst, const void* src, size_t count, emMemcpyKind kind);
 
-// Runs fn(arg) "on the device" (on the calling thread). This is how kernels
-// execute. `buffers` names every allocation fn touches (interior pointers are
-// fine, nullptr entries are skipped): the launch checks them and keeps them
-// alive until fn returns, so freeing one meanwhile cannot hand its memory to
-// a new allocation. Device addresses stay inaccessible even inside fn, which
-// reads and writes device address p at (char*)p + emGetKernelOffset's offset.
+// Runs fn(arg) "on the device": this is how kernels execute. `buffers` lists
+// every allocation fn touches (interior pointers and nullptr are fine); their
+// memory is not reused before fn returns, even if freed. fn reaches device
+// address p at (char*)p + emGetKernelOffset's offset: p itself faults.
 emError_t emLaunchKernel(
     void (*fn)(void* arg),
     void* arg,
     void* const* buffers,
     size_t num_buffers);
 
-// Inside a kernel (on the thread emLaunchKernel runs fn on, not on threads
-// fn starts): the offset at which the kernel reads and writes device memory,
-// one offset for all devices. Device address p is accessible to the kernel at
-// (char*)p + offset; the device address itself stays inaccessible to the
-// host. Outside a kernel: emErrorInvalidValue.
+// Inside a kernel (on the thread running fn, not on threads fn starts): the
+// offset at which the kernel reads and writes device memory, the same for all
+// devices. Outside a kernel: emErrorInvalidValue.
 emError_t emGetKernelOffset(ptrdiff_t* offset);
 
 emError_t emMemGetStats(int device, emMemStats* stats);
