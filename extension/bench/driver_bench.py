@@ -32,11 +32,15 @@ def run_driver_bench() -> str:
 
 
 def torch_cpu_add_us(elements: int = 1 << 20, repeats: int = 200) -> float | None:
-    """Median time of torch.add(a, b, out=c) on the CPU, in microseconds (None without torch)."""
+    """Median time of torch.add(a, b, out=c) on the CPU, in microseconds (None without torch).
+
+    One intra-op thread: on a shared 2-core machine a second OpenMP thread that has to wait
+    for a core turns a 0.1 ms add into milliseconds now and then."""
     try:
         import torch
     except ImportError:
         return None
+    torch.set_num_threads(1)
     a, b = torch.rand(elements), torch.rand(elements)
     c = torch.empty(elements)
     for _ in range(20):
@@ -54,10 +58,10 @@ def main() -> None:
     print(report, end="")
     add = torch_cpu_add_us()
     if add is not None:
-        print(f"torch.add of 1M float32 on the CPU (ATen)    {add:8.1f} us")
+        print(f"torch.add of 1M float32, CPU, 1 thread     {add:8.1f} us")
         pair = next(line for line in report.splitlines() if line.startswith("old design: mprotect pair"))
         pair_us = float(pair.split()[-2])
-        print(f"one mprotect pair costs {pair_us / add:.1f}x a torch.add of 1M float32 on the CPU")
+        print(f"one mprotect pair costs {pair_us / add:.1f}x a 1-thread torch.add of 1M float32")
     sys.stdout.flush()
 
 
