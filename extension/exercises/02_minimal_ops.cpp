@@ -45,16 +45,20 @@ struct FillArgs {
   std::vector<int64_t> sizes, strides;
 };
 
-// Runs inside emLaunchKernel, the only place where the device buffer is
-// readable and writable. Walks the elements in index order.
+// Runs inside emLaunchKernel, the only place where device memory can be
+// reached: not at its device address, which stays inaccessible, but that
+// address plus the driver's kernel offset. Walks the elements in index order.
 void fillKernel(void* raw) {
   const FillArgs& args = *static_cast<const FillArgs*>(raw);
+  ptrdiff_t device_offset = 0;
+  if (emGetKernelOffset(&device_offset) != emSuccess) return;
+  char* const first = args.first + device_offset;
   const size_t dims = args.sizes.size();
   std::vector<int64_t> index(dims, 0);
   for (int64_t n = 0; n < args.numel; ++n) {
     int64_t offset = 0;
     for (size_t d = 0; d < dims; ++d) offset += index[d] * args.strides[d];
-    std::memcpy(args.first + offset * args.itemsize, args.value, args.itemsize);
+    std::memcpy(first + offset * args.itemsize, args.value, args.itemsize);
     for (size_t d = dims; d-- > 0;) {  // next index, last dimension fastest
       if (++index[d] < args.sizes[d]) break;
       index[d] = 0;
