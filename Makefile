@@ -48,9 +48,10 @@ sync-check: setup
 execute: setup
 	EMBER_BOOK_BATCH=1 $(PY) -m book.execute $(CHAPTERS)
 
-# The book's compile benchmark, then the finished backend's operator benchmark.
+# The book's compile benchmark, the simulated driver's costs, then the finished backend's operators.
 bench: setup extension
 	$(PY) -m book.bench
+	$(PY) extension/bench/driver_bench.py
 	$(PY) -m torch_ember.bench
 
 # Containers often run as root, which JupyterLab refuses without --allow-root.
