@@ -44,6 +44,43 @@
 #include <ATen/Dispatch.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/TensorIterator.h>
+// Chapter 04: the stubs ember fills, and ATen's classes and out= functions
+// for the operators whose stubs they are.
+#include <ATen/AccumulateType.h>
+#include <ATen/native/Activation.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Fill.h>
+#include <ATen/native/ReduceOps.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/abs_native.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/cos_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/eq_native.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/fill_native.h>
+#include <ATen/ops/ge_native.h>
+#include <ATen/ops/gt_native.h>
+#include <ATen/ops/le_native.h>
+#include <ATen/ops/log_native.h>
+#include <ATen/ops/lt_native.h>
+#include <ATen/ops/mean_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/ne_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/sin_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/sub_native.h>
+#include <ATen/ops/sum_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/threshold_backward_native.h>
+#include <ATen/ops/where_native.h>
+#include <ATen/ops/zero_native.h>
 // Chapter 04: at::parallel_for, for the matrix and convolution kernels.
 #include <ATen/Parallel.h>
 

@@ -90,7 +90,7 @@ class Entry:
     def ours(self) -> bool:
         """Registered by the reader's code: a notebook cell or the extension's sources."""
         return self.location is not None and (
-            ".ipynb[" in self.location or self.location.startswith("extension/")
+            ".ipynb[" in self.location or self.location.startswith(("extension/", NOTEBOOK_CELL))
         )
 
     @property
@@ -117,6 +117,10 @@ class Entry:
 
 NONE_ENTRY = Entry(NOTHING)
 
+# How normalize_location names a registration made from Python in a notebook cell
+# (torch.library.Library.impl in the reader's kernel).
+NOTEBOOK_CELL = "<notebook cell>"
+
 
 def normalize_location(debug: str) -> str:
     """A machine-independent `registered at` location.
@@ -131,7 +135,7 @@ def normalize_location(debug: str) -> str:
         return location
     location = re.sub(r"^/__w/pytorch/pytorch/", "", location)
     location = re.sub(r"^.*/(?:site|dist)-packages/", "", location)
-    location = re.sub(r"^.*/ipykernel_\d+/[^:]*", "<notebook cell>", location)
+    location = re.sub(r"^.*/ipykernel_\d+/[^:]*", NOTEBOOK_CELL, location)
     location = re.sub(r"^.*?/(extension/csrc/)", r"\1", location)
     location = location.removeprefix(f"{REPO}/")
     if location.startswith("/"):  # somewhere else on this machine
@@ -143,8 +147,13 @@ def all_operators() -> list[str]:
     return sorted(torch._C._dispatch_get_all_op_names())
 
 
-def expand(ops: str | Iterable[str]) -> list[str]:
-    """Operator names, with glob patterns (``aten::empty*``) expanded and sorted."""
+def expand(ops: str | Iterable[str], unknown_ok: bool = False) -> list[str]:
+    """Operator names, with glob patterns (``aten::empty*``) expanded and sorted.
+
+    With ``unknown_ok``, a name the dispatcher does not know (yet) is kept and a
+    pattern that matches nothing adds nothing: a snapshot taken before a build
+    defines ``ember::custom_abs`` records it as empty.
+    """
     names = [ops] if isinstance(ops, str) else list(ops)
     known = all_operators()
     known_set = set(known)
@@ -152,9 +161,9 @@ def expand(ops: str | Iterable[str]) -> list[str]:
     for name in names:
         if any(c in name for c in "*?["):
             matches = [op for op in known if fnmatch.fnmatchcase(op, name)]
-            if not matches:
+            if not matches and not unknown_ok:
                 raise ValueError(f"no operator matches {name!r}")
-        elif name in known_set:
+        elif name in known_set or unknown_ok:
             matches = [name]
         else:
             raise ValueError(
@@ -264,9 +273,11 @@ def snapshot(ops: str | Iterable[str]) -> Snapshot:
 
     Pass it later as ``show_table(..., since=snapshot)`` to see only what
     changed in between, e.g. what this chapter's build registered. Operators
-    that did not exist yet (a custom op registered later) count as empty.
+    that do not exist yet (a custom op that a later build defines) count as
+    empty.
     """
-    return Snapshot({op: parse_table(op) for op in expand(ops)})
+    known = set(all_operators())
+    return Snapshot({op: parse_table(op) if op in known else {} for op in expand(ops, unknown_ok=True)})
 
 
 # A cell of a diff against a snapshot.

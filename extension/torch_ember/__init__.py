@@ -61,3 +61,7 @@ def _register() -> None:
 
 
 _register()
+
+# The Python custom operators (ember::soft_shrink, ember::soft_shrink_): after the renaming, so
+# their ember kernels are registered for the "ember" device type.
+from torch_ember import custom_ops  # noqa: E402,F401

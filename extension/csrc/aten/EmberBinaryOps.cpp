@@ -1,0 +1,175 @@
+// Binary elementwise operators: arithmetic with alpha, and comparisons.
+#include <ATen/core/Tensor.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/eq_native.h>
+#include <ATen/ops/ge_native.h>
+#include <ATen/ops/gt_native.h>
+#include <ATen/ops/le_native.h>
+#include <ATen/ops/lt_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/ne_native.h>
+#include <ATen/ops/sub_native.h>
+#include <torch/library.h>
+
+#include "aten/EmberLoops.h"
+#include "aten/EmberStructured.h"
+
+// ember-book: begin binary_ops
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// add_stub computes self + alpha * other; sub reaches it too, with -alpha.
+void addKernel(at::TensorIteratorBase& iter, const at::Scalar& alpha) {
+  dispatchNumbers("aten::add.out", iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T a = alpha.to<T>();
+    if (a == T(1)) { // the common case, one multiplication less
+      binaryLoop<T, T>("aten::add.out", iter, [](T x, T y) EMBER_INLINE { return T(x + y); });
+    } else {
+      binaryLoop<T, T>("aten::add.out", iter,
+                       [a](T x, T y) EMBER_INLINE { return T(x + a * y); });
+    }
+  });
+}
+
+void mulKernel(at::TensorIteratorBase& iter) {
+  dispatchNumbers("aten::mul.out", iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    binaryLoop<T, T>("aten::mul.out", iter, [](T x, T y) EMBER_INLINE { return T(x * y); });
+  });
+}
+
+// True division: ATen promotes integer inputs to float before we see them.
+void divKernel(at::TensorIteratorBase& iter) {
+  dispatchFloating("aten::div.out", iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    binaryLoop<T, T>("aten::div.out", iter, [](T x, T y) EMBER_INLINE { return T(x / y); });
+  });
+}
+
+} // namespace ember
+#pragma GCC pop_options
+
+EMBER_REGISTER_STUB(add_stub, &ember::addKernel);
+EMBER_REGISTER_STUB(mul_stub, &ember::mulKernel);
+EMBER_REGISTER_STUB(div_true_stub, &ember::divKernel);
+
+namespace ember {
+
+using at::Scalar;
+using at::Tensor;
+
+// add's structured class is generated from a "ufunc" description; its
+// CPU-named class is the device-generic entry, which calls
+// add_stub(device_type(), ...). sub, mul and div are ordinary structured ops.
+Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha,
+                Tensor& out) {
+  return structuredOut<at::native::structured_ufunc_add_CPU>(out, self, other,
+                                                             alpha);
+}
+Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha,
+                Tensor& out) {
+  return structuredOut<at::native::structured_sub_out>(out, self, other, alpha);
+}
+Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  return structuredOut<at::native::structured_mul_out>(out, self, other);
+}
+Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  return structuredOut<at::native::structured_div_out>(out, self, other);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.out", &add_out);
+  m.impl("sub.out", &sub_out);
+  m.impl("mul.out", &mul_out);
+  m.impl("div.out", &div_out);
+}
+
+} // namespace ember
+// ember-book: end binary_ops
+
+// ember-book: begin comparison_ops
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// The result is bool; the inputs arrive in their common dtype, which may be
+// bool too (mask == mask).
+template <typename Compare>
+void compareKernel(const char* op, at::TensorIteratorBase& iter, Compare compare) {
+  const auto run = [&](auto zero) {
+    binaryLoop<bool, decltype(zero)>(op, iter, compare);
+  };
+  if (iter.common_dtype() == at::kBool) {
+    run(bool{});
+  } else {
+    dispatchNumbers(op, iter.common_dtype(), run);
+  }
+}
+
+#define EMBER_COMPARE_KERNEL(name, expression)                          \
+  void name##Kernel(at::TensorIteratorBase& iter) {                     \
+    compareKernel("aten::" #name, iter,                                 \
+                  [](auto x, auto y) EMBER_INLINE { return expression; }); \
+  }
+EMBER_COMPARE_KERNEL(eq, x == y)
+EMBER_COMPARE_KERNEL(ne, x != y)
+EMBER_COMPARE_KERNEL(lt, x < y)
+EMBER_COMPARE_KERNEL(le, x <= y)
+EMBER_COMPARE_KERNEL(gt, x > y)
+EMBER_COMPARE_KERNEL(ge, x >= y)
+#undef EMBER_COMPARE_KERNEL
+
+} // namespace ember
+#pragma GCC pop_options
+
+EMBER_REGISTER_STUB(eq_stub, &ember::eqKernel);
+EMBER_REGISTER_STUB(ne_stub, &ember::neKernel);
+EMBER_REGISTER_STUB(lt_stub, &ember::ltKernel);
+EMBER_REGISTER_STUB(le_stub, &ember::leKernel);
+EMBER_REGISTER_STUB(gt_stub, &ember::gtKernel);
+EMBER_REGISTER_STUB(ge_stub, &ember::geKernel);
+
+namespace ember {
+
+// Each comparison has a Tensor and a Scalar overload, both structured, both
+// ending in the same stub (the scalar becomes a CPU scalar operand).
+#define EMBER_COMPARE_OUT(name)                                              \
+  at::Tensor& name##_tensor_out(const at::Tensor& self,                      \
+                                const at::Tensor& other, at::Tensor& out) {  \
+    return structuredOut<at::native::structured_##name##_Tensor_out>(        \
+        out, self, other);                                                   \
+  }                                                                          \
+  at::Tensor& name##_scalar_out(const at::Tensor& self,                      \
+                                const at::Scalar& other, at::Tensor& out) {  \
+    return structuredOut<at::native::structured_##name##_Scalar_out>(        \
+        out, self, other);                                                   \
+  }
+EMBER_COMPARE_OUT(eq)
+EMBER_COMPARE_OUT(ne)
+EMBER_COMPARE_OUT(lt)
+EMBER_COMPARE_OUT(le)
+EMBER_COMPARE_OUT(gt)
+EMBER_COMPARE_OUT(ge)
+#undef EMBER_COMPARE_OUT
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("eq.Tensor_out", &eq_tensor_out);
+  m.impl("eq.Scalar_out", &eq_scalar_out);
+  m.impl("ne.Tensor_out", &ne_tensor_out);
+  m.impl("ne.Scalar_out", &ne_scalar_out);
+  m.impl("lt.Tensor_out", &lt_tensor_out);
+  m.impl("lt.Scalar_out", &lt_scalar_out);
+  m.impl("le.Tensor_out", &le_tensor_out);
+  m.impl("le.Scalar_out", &le_scalar_out);
+  m.impl("gt.Tensor_out", &gt_tensor_out);
+  m.impl("gt.Scalar_out", &gt_scalar_out);
+  m.impl("ge.Tensor_out", &ge_tensor_out);
+  m.impl("ge.Scalar_out", &ge_scalar_out);
+}
+
+} // namespace ember
+// ember-book: end comparison_ops

@@ -1,0 +1,97 @@
+// Reductions through their stubs: sum and mean.
+#include <ATen/AccumulateType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/ReduceOps.h>
+#include <ATen/ops/mean_native.h>
+#include <ATen/ops/sum_native.h>
+#include <torch/library.h>
+
+#include "aten/EmberLoops.h"
+#include "aten/EmberStructured.h"
+
+// ember-book: begin reductions
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// A reduction's TensorIterator has the output as operand 0 with stride 0
+// along every reduced dimension, so "out[i] += in[i]" over the iterator sums
+// each group into its output element. Chunks of the same output element must
+// not run at once, so the loop is serial. Where the innermost run is reduced
+// (output stride 0), it is summed in a wider accumulator first (double for
+// float, as ATen's CPU kernels do) and added once.
+template <typename T>
+void sumLoop(const char* op, at::TensorIterator& iter) {
+  using Acc = at::acc_type<T, /*is_cuda=*/false>;
+  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
+  launch(op, iter, [&](const KernelOperands& operands) {
+    iter.serial_for_each(
+        [&](char** data, const int64_t* strides, int64_t n) {
+          T* out = operands.at<T>(data, 0);
+          const T* in = operands.at<T>(data, 1);
+          if (strides[0] == 0) {
+            Acc acc = 0;
+            if (strides[1] == sizeof(T)) {
+              for (int64_t i = 0; i < n; ++i) acc += in[i];
+            } else {
+              for (int64_t i = 0; i < n; ++i) acc += element(in, strides[1], i);
+            }
+            *out = static_cast<T>(*out + acc);
+          } else {
+            for (int64_t i = 0; i < n; ++i) {
+              element(out, strides[0], i) += element(in, strides[1], i);
+            }
+          }
+        },
+        {0, iter.numel()});
+  });
+}
+
+// make_reduction has already converted the input to the result's dtype.
+void sumKernel(at::TensorIterator& iter) {
+  dispatchNumbers("aten::sum.IntList_out", iter.dtype(0), [&](auto zero) {
+    sumLoop<decltype(zero)>("aten::sum.IntList_out", iter);
+  });
+}
+
+// mean = sum * (outputs / inputs), like ATen's own mean kernels.
+void meanKernel(at::TensorIterator& iter) {
+  dispatchFloating("aten::mean.out", iter.dtype(0), [&](auto zero) {
+    sumLoop<decltype(zero)>("aten::mean.out", iter);
+  });
+  const double factor = static_cast<double>(iter.num_output_elements()) /
+                        static_cast<double>(iter.numel());
+  iter.output(0).mul_(factor); // ember's mul, one more launch
+}
+
+} // namespace ember
+#pragma GCC pop_options
+
+EMBER_REGISTER_STUB(sum_stub, &ember::sumKernel);
+EMBER_REGISTER_STUB(mean_stub, &ember::meanKernel);
+
+namespace ember {
+
+at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                    bool keepdim, std::optional<at::ScalarType> dtype,
+                    at::Tensor& out) {
+  return structuredOut<at::native::structured_sum_out>(out, self, dim, keepdim,
+                                                       dtype);
+}
+
+at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                     bool keepdim, std::optional<at::ScalarType> dtype,
+                     at::Tensor& out) {
+  return structuredOut<at::native::structured_mean_out>(out, self, dim,
+                                                        keepdim, dtype);
+}
+
+// sum(), sum(dim) and mean(dim) have default kernels at PrivateUse1 that end
+// in these out= overloads.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sum.IntList_out", &sum_out);
+  m.impl("mean.out", &mean_out);
+}
+
+} // namespace ember
+// ember-book: end reductions

@@ -1,0 +1,134 @@
+"""The STUB-kernel family of the installed package equals the CPU and refuses bad input clearly.
+
+Every operator of the family runs PyTorch's OpInfo samples (many shapes, strides,
+broadcasts and arguments per dtype) on the CPU and on ember copies of the inputs. A
+result must match the CPU's, or ember must refuse the dtype with its own error: never
+a different number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+EMBER = "privateuseone"
+FAMILY = [
+    "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+    "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
+    "clamp_min", "nn.functional.relu", "where", "fill", "zero_", "sum", "mean",
+]  # fmt: skip
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool]
+REFUSAL = "has no ember kernel for"
+OPS = {op.name: op for op in op_db if op.name in FAMILY and op.variant_test_name in ("", "no_rounding_mode")}
+
+
+def to_device(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list | tuple):
+        return type(value)(to_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    return value
+
+
+def test_every_family_member_has_opinfo_samples() -> None:
+    assert sorted(OPS) == sorted(FAMILY)
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_family_equals_cpu_on_opinfo_samples(name: str) -> None:
+    op = OPS[name]
+    compared = 0
+    for dtype in [d for d in DTYPES if d in op.supported_dtypes("cpu")]:
+        for sample in op.sample_inputs("cpu", dtype):
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+            try:
+                actual = op(
+                    to_device(sample.input, EMBER),
+                    *to_device(sample.args, EMBER),
+                    **to_device(sample.kwargs, EMBER),
+                )
+            except RuntimeError as error:
+                assert REFUSAL in str(error), f"{name} {dtype} {sample}: {error}"
+                continue
+            torch.testing.assert_close(to_device(actual, "cpu"), expected, equal_nan=True)
+            compared += 1
+    assert compared > 0
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("add", lambda a, b: a + b),
+        ("exp", lambda a, b: a.exp()),
+        ("eq", lambda a, b: a == b),
+        ("where", lambda a, b: torch.where(a > 0, a, b)),
+        ("sum", lambda a, b: a.sum(dim=0)),
+    ],
+)
+def test_strided_and_broadcast_inputs(name: str, fn: Any) -> None:
+    generator = torch.Generator().manual_seed(4)
+    base = torch.randn(6, 8, generator=generator)
+    other = torch.randn(8, generator=generator)
+    cases = [(base.T, other[:6]), (base[:, ::2], other[::2]), (base[:1].expand(6, 8), other)]
+    for a, b in cases:
+        expected = fn(a, b)
+        actual = fn(a.to(EMBER), b.to(EMBER))
+        assert actual.device.type == EMBER, name
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_cpu_scalars_and_type_promotion() -> None:
+    ints = torch.tensor([1, -2, 3])
+    floats = torch.tensor([0.5, 0.25, 2.0])
+    ints_e, floats_e = ints.to(EMBER), floats.to(EMBER)
+    for fn in (lambda i, f: i / 2, lambda i, f: i + f, lambda i, f: f * 2.5, lambda i, f: i > 1.5,
+               lambda i, f: f + torch.tensor(3.0), lambda i, f: torch.add(i, f, alpha=2)):  # fmt: skip
+        expected = fn(ints, floats)
+        actual = fn(ints_e, floats_e)
+        assert actual.dtype == expected.dtype
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_out_is_resized_and_written_in_place() -> None:
+    a, b = torch.randn(3, 4).to(EMBER), torch.randn(4).to(EMBER)
+    out = torch.empty(0, device=EMBER)
+    returned = torch.mul(a, b, out=out)
+    assert returned is out and out.shape == (3, 4)
+    torch.testing.assert_close(out.cpu(), a.cpu() * b.cpu())
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        torch.add(a, b, out=torch.empty(3, 4, dtype=torch.long, device=EMBER))
+
+
+def test_unsupported_dtype_names_op_dtype_and_device() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"ember: aten::exp\.out has no ember kernel for Half tensors on privateuseone"
+    ):
+        torch.ones(3, dtype=torch.half).to(EMBER).exp()
+
+
+def test_mixing_devices_names_the_devices() -> None:
+    a = torch.ones(3).to(f"{EMBER}:0")
+    with pytest.raises(
+        RuntimeError, match=r"privateuseone:0.*privateuseone:1|privateuseone:1.*privateuseone:0"
+    ):
+        a + torch.ones(3).to(f"{EMBER}:1")
+    with pytest.raises(RuntimeError, match=r"cpu.*privateuseone|privateuseone.*cpu"):
+        a * torch.ones(3)
+
+
+def test_overlapping_output_is_refused() -> None:
+    grid = torch.arange(12.0).reshape(3, 4).to(EMBER)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        grid[1:].add_(grid[:-1])
+
+
+def test_kernels_run_on_the_second_device() -> None:
+    a = torch.randn(5).to(f"{EMBER}:1")
+    result = torch.sigmoid(a) + a
+    assert result.device == torch.device(EMBER, 1)
+    torch.testing.assert_close(result.cpu(), torch.sigmoid(a.cpu()) + a.cpu())
