@@ -13,10 +13,11 @@
 // ember-book: begin blas_ops
 namespace ember::blas {
 
+using Named = std::pair<const char*, const at::Tensor*>;
+
 // Every tensor of a call on the first one's ember device, with its dtype,
 // which must be one the loops are compiled for.
-void checkOperands(const char* op,
-                   std::initializer_list<std::pair<const char*, const at::Tensor*>> named) {
+void checkOperands(const char* op, std::initializer_list<Named> named) {
   const auto& [first_name, first] = *named.begin();
   for (const auto& [name, t] : named) {
     TORCH_CHECK(t->is_privateuseone() && t->device() == first->device(),
@@ -70,25 +71,21 @@ void matmulInto(const at::Tensor& a, const at::Tensor& b,
       (input == nullptr ||
        at::get_overlap_status(out, *input) == at::MemOverlapStatus::No ||
        at::get_overlap_status(out, *input) == at::MemOverlapStatus::Full);
-  const at::Tensor result = direct ? out : at::empty(out.sizes(), out.options());
+  const at::Tensor result =
+      direct ? out : at::empty(out.sizes(), out.options());
   // beta == 0 means: ignore input entirely, NaN and inf included.
-  const bool use_input = input != nullptr && !(beta.toComplexDouble() == 0.0);
+  const bool use_input = input != nullptr && !beta.equal(0);
   const at::Tensor s = use_input ? input->expand(out.sizes()) : at::Tensor();
-  const int64_t d = out.dim();
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, out.scalar_type(), "ember_gemm", [&] {
-    Gemm<scalar_t> p;
-    p.batches = d == 3 ? out.size(0) : 1;
-    p.m = out.size(d - 2);
-    p.n = out.size(d - 1);
-    p.k = a.size(d - 1);
-    p.a = matrixOf<scalar_t>(a);
-    p.b = matrixOf<scalar_t>(b);
-    if (use_input) {
-      p.s = matrixOf<scalar_t>(s);
-    }
-    p.c = {result.mutable_data_ptr<scalar_t>(), d == 3 ? p.m * p.n : 0, p.n, 1};
-    p.alpha = alpha.to<scalar_t>();
-    p.beta = beta.to<scalar_t>();
+  const int64_t d = out.dim(), m = out.size(d - 2), n = out.size(d - 1);
+  const at::ScalarType dtype = out.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, dtype, "ember_gemm", [&] {
+    using T = scalar_t;
+    const Gemm<T> p{
+        .batches = d == 3 ? out.size(0) : 1, .m = m, .n = n, .k = a.size(-1),
+        .a = matrixOf<T>(a), .b = matrixOf<T>(b),
+        .s = use_input ? matrixOf<T>(s) : Matrix<const T>{},
+        .c = {result.mutable_data_ptr<T>(), d == 3 ? m * n : 0, n, 1},
+        .alpha = alpha.to<T>(), .beta = beta.to<T>()};
     launch({p.a.data, p.b.data, p.s.data, p.c.data},
            [&](ptrdiff_t offset) { gemm(onDevice(p, offset)); });
   });
@@ -99,7 +96,8 @@ void matmulInto(const at::Tensor& a, const at::Tensor& b,
 
 at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2,
                    at::Tensor& out) {
-  checkOperands("aten::mm.out", {{"self", &self}, {"mat2", &mat2}, {"out", &out}});
+  checkOperands("aten::mm.out",
+                {{"self", &self}, {"mat2", &mat2}, {"out", &out}});
   checkShapes("aten::mm.out", self, mat2, 2);
   const c10::DeviceGuard guard(self.device());
   at::native::resize_output(out, {self.size(0), mat2.size(1)});
@@ -109,7 +107,8 @@ at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2,
 
 at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2,
                     at::Tensor& out) {
-  checkOperands("aten::bmm.out", {{"self", &self}, {"mat2", &mat2}, {"out", &out}});
+  checkOperands("aten::bmm.out",
+                {{"self", &self}, {"mat2", &mat2}, {"out", &out}});
   checkShapes("aten::bmm.out", self, mat2, 3);
   TORCH_CHECK(self.size(0) == mat2.size(0), "ember: aten::bmm.out on ",
               self.device(), " expects equal batch sizes, got ",

@@ -21,8 +21,9 @@ namespace ember::conv {
 
 // The geometry of one 2-D convolution, NCHW. The channels split into
 // `groups` independent convolutions; each image and group ("unit") is one
-// gemm: out[oc, p] = sum over patch q of weight[oc, q] * cols[q, p], where
-// cols (im2col) holds, for each output position p, the input patch it sees.
+// matrix product: out[oc][p] = sum over q of weight[oc][q] * cols[q][p],
+// where row q = (c, ky, kx) of cols (im2col) holds, for every output
+// position p, the input value that kernel tap sees from there.
 struct Shape {
   int64_t batch, channels, height, width;
   int64_t out_channels, kernel_h, kernel_w, out_h, out_w;
@@ -74,68 +75,66 @@ Shape shapeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
   return s;
 }
 
+// Calls visit(row of cols, index in the image plane or -1 for padding)
+// for every (tap, output position) of one input channel.
+template <typename Visit>
+void forEachTap(const Shape& s, int64_t y_stride, int64_t x_stride,
+                const Visit& visit) {
+  for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
+      const int64_t row = ky * s.kernel_w + kx;
+      for (int64_t oy = 0; oy < s.out_h; ++oy) {
+        const int64_t y = oy * s.stride_h - s.pad_h + ky * s.dilation_h;
+        for (int64_t ox = 0; ox < s.out_w; ++ox) {
+          const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
+          const bool inside = y >= 0 && y < s.height && x >= 0 && x < s.width;
+          visit(row * s.positions() + oy * s.out_w + ox,
+                inside ? y * y_stride + x * x_stride : -1);
+        }
+      }
+    }
+  }
+}
+
 // Unit (n, g) of `input` (any strides) into cols[patch][positions].
 template <typename T>
 void im2col(const Shape& s, const T* input, c10::IntArrayRef strides,
             int64_t n, int64_t g, T* cols) {
+  const int64_t taps = s.kernel_h * s.kernel_w * s.positions();
   for (int64_t c = 0; c < s.groupChannels(); ++c) {
-    const T* plane = input + n * strides[0] + (g * s.groupChannels() + c) * strides[1];
-    for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
-      for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
-        T* row = cols + ((c * s.kernel_h + ky) * s.kernel_w + kx) * s.positions();
-        for (int64_t oy = 0; oy < s.out_h; ++oy) {
-          const int64_t y = oy * s.stride_h - s.pad_h + ky * s.dilation_h;
-          for (int64_t ox = 0; ox < s.out_w; ++ox) {
-            const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
-            const bool inside = y >= 0 && y < s.height && x >= 0 && x < s.width;
-            row[oy * s.out_w + ox] =
-                inside ? plane[y * strides[2] + x * strides[3]] : T(0);
-          }
-        }
-      }
-    }
+    const int64_t channel = g * s.groupChannels() + c;
+    const T* plane = input + n * strides[0] + channel * strides[1];
+    T* rows = cols + c * taps;
+    forEachTap(s, strides[2], strides[3], [&](int64_t at, int64_t from) {
+      rows[at] = from < 0 ? T(0) : plane[from];
+    });
   }
 }
 
-// The reverse: add cols back into unit (n, g) of a contiguous image
-// gradient, which the caller zeroed. Overlapping patches add up.
+// The reverse, for the input gradient: add cols into unit (n, g) of a
+// contiguous image the caller zeroed. Overlapping patches add up.
 template <typename T>
 void col2im(const Shape& s, const T* cols, int64_t n, int64_t g, T* image) {
+  const int64_t taps = s.kernel_h * s.kernel_w * s.positions();
   for (int64_t c = 0; c < s.groupChannels(); ++c) {
-    T* plane = image + (n * s.channels + g * s.groupChannels() + c) * s.height * s.width;
-    for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
-      for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
-        const T* row = cols + ((c * s.kernel_h + ky) * s.kernel_w + kx) * s.positions();
-        for (int64_t oy = 0; oy < s.out_h; ++oy) {
-          const int64_t y = oy * s.stride_h - s.pad_h + ky * s.dilation_h;
-          for (int64_t ox = 0; ox < s.out_w; ++ox) {
-            const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
-            if (y >= 0 && y < s.height && x >= 0 && x < s.width) {
-              plane[y * s.width + x] += row[oy * s.out_w + ox];
-            }
-          }
-        }
+    const int64_t channel = n * s.channels + g * s.groupChannels() + c;
+    T* plane = image + channel * s.height * s.width;
+    const T* rows = cols + c * taps;
+    forEachTap(s, s.width, 1, [&](int64_t at, int64_t to) {
+      if (to >= 0) {
+        plane[to] += rows[at];
       }
-    }
+    });
   }
 }
 
-// One gemm of a unit: weight is (out_channels, patch), contiguous.
-template <typename T>
-blas::Gemm<T> unitGemm(int64_t m, int64_t n, int64_t k) {
-  blas::Gemm<T> p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  return p;
-}
-
-// out[n, oc, :, :] = bias[oc] + the unit's gemm, one launch for everything.
+// Forward: out[n, oc] = bias[oc] + the unit's product. One launch; inside
+// it, the units are split over the threads (each with its own cols).
 at::Tensor forward(const char* op, const at::Tensor& input,
                    const at::Tensor& weight_any,
                    const std::optional<at::Tensor>& bias,
                    const Shape& s) {
-  const at::Tensor weight = weight_any.contiguous();
+  const at::Tensor weight = weight_any.contiguous(); // (out_channels, patch)
   const bool has_bias = bias.has_value() && bias->defined();
   if (has_bias) {
     TORCH_CHECK(bias->device() == input.device() &&
@@ -152,30 +151,35 @@ at::Tensor forward(const char* op, const at::Tensor& input,
   if (out.numel() == 0) {
     return out;
   }
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_convolution", [&] {
-    const scalar_t* in = input.const_data_ptr<scalar_t>();
-    const scalar_t* w = weight.const_data_ptr<scalar_t>();
-    const scalar_t* b = has_bias ? bias->const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* o = out.mutable_data_ptr<scalar_t>();
-    const int64_t bias_stride = has_bias ? bias->stride(0) : 0;
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_conv", [&] {
+    using T = scalar_t;
+    const T* in = input.const_data_ptr<T>();
+    const T* w = weight.const_data_ptr<T>();
+    const T* b = has_bias ? bias->const_data_ptr<T>() : nullptr;
+    T* o = out.mutable_data_ptr<T>();
+    const int64_t b_stride = has_bias ? bias->stride(0) : 0;
     const c10::IntArrayRef strides = input.strides();
+    const int64_t oc_g = s.groupOutChannels();
     blas::launch({in, w, b, o}, [&](ptrdiff_t offset) {
-      const scalar_t* kin = blas::onDevice(in, offset);
+      const T* kin = blas::onDevice(in, offset);
+      const T* kw = blas::onDevice(w, offset);
+      const T* kb = blas::onDevice(b, offset);
+      T* ko = blas::onDevice(o, offset);
       at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
-        std::vector<scalar_t> cols(s.patch() * s.positions());
+        std::vector<T> cols(s.patch() * s.positions());
         for (int64_t unit = begin; unit < end; ++unit) {
-          const int64_t n = unit / s.groups, g = unit % s.groups;
-          im2col(s, kin, strides, n, g, cols.data());
-          auto p = unitGemm<scalar_t>(s.groupOutChannels(), s.positions(), s.patch());
-          const int64_t first = g * s.groupOutChannels();
-          p.a = {blas::onDevice(w, offset) + first * s.patch(), 0, s.patch(), 1};
-          p.b = {cols.data(), 0, s.positions(), 1};
-          if (b != nullptr) { // bias[oc] along each row: column stride 0
-            p.s = {blas::onDevice(b, offset) + first * bias_stride, 0, bias_stride, 0};
-            p.beta = scalar_t(1);
+          const int64_t n = unit / s.groups, first = unit % s.groups * oc_g;
+          im2col(s, kin, strides, n, unit % s.groups, cols.data());
+          blas::Gemm<T> p{
+              .m = oc_g, .n = s.positions(), .k = s.patch(),
+              .a = {kw + first * s.patch(), 0, s.patch(), 1},
+              .b = {cols.data(), 0, s.positions(), 1},
+              .c = {ko + (n * s.out_channels + first) * s.positions(), 0,
+                    s.positions(), 1}};
+          if (kb != nullptr) { // bias[oc] along row oc: column stride 0
+            p.s = {kb + first * b_stride, 0, b_stride, 0};
+            p.beta = T(1);
           }
-          p.c = {blas::onDevice(o, offset) + (n * s.out_channels + first) * s.positions(),
-                 0, s.positions(), 1};
           blas::gemm(p);
         }
       });
@@ -184,7 +188,9 @@ at::Tensor forward(const char* op, const at::Tensor& input,
   return out;
 }
 
-// Gradients of input, weight and bias, as output_mask asks.
+// Backward, as output_mask asks: input gradient (per unit: weight_g^T @
+// grad_out, then col2im), weight gradient (per group: grad_out @ cols^T,
+// summed over the images), bias gradient (grad_out summed). One launch.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
     const char* op, const at::Tensor& grad_output_any, const at::Tensor& input,
     const at::Tensor& weight_any, const Shape& s, std::array<bool, 3> mask) {
@@ -193,7 +199,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
               "ember: ", op, " expects grad_output on ", input.device(),
               " with dtype ", input.scalar_type(), ", got ",
               grad_output_any.device(), " ", grad_output_any.scalar_type());
-  // Often an expanded tensor (stride 0) from sum(): the gemms want rows.
+  // Often an expanded tensor (stride 0, from sum()): the products want rows.
   const at::Tensor grad_output = grad_output_any.contiguous();
   const at::Tensor weight = weight_any.contiguous();
   const c10::DeviceGuard guard(input.device());
@@ -201,63 +207,66 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
   if (mask[0]) grad_input = at::empty(input.sizes(), input.options());
   if (mask[1]) grad_weight = at::empty(weight.sizes(), weight.options());
   if (mask[2]) grad_bias = at::empty({s.out_channels}, input.options());
-  const int64_t cols_size = s.patch() * s.positions();
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_convolution_backward", [&] {
-    const scalar_t* go = grad_output.const_data_ptr<scalar_t>();
-    const scalar_t* in = input.const_data_ptr<scalar_t>();
-    const scalar_t* w = weight.const_data_ptr<scalar_t>();
-    scalar_t* gi = mask[0] ? grad_input.mutable_data_ptr<scalar_t>() : nullptr;
-    scalar_t* gw = mask[1] ? grad_weight.mutable_data_ptr<scalar_t>() : nullptr;
-    scalar_t* gb = mask[2] ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "ember_conv_backward", [&] {
+    using T = scalar_t;
+    const T* go = grad_output.const_data_ptr<T>();
+    const T* in = input.const_data_ptr<T>();
+    const T* w = weight.const_data_ptr<T>();
+    T* gi = mask[0] ? grad_input.mutable_data_ptr<T>() : nullptr;
+    T* gw = mask[1] ? grad_weight.mutable_data_ptr<T>() : nullptr;
+    T* gb = mask[2] ? grad_bias.mutable_data_ptr<T>() : nullptr;
     const c10::IntArrayRef strides = input.strides();
     const int64_t oc_g = s.groupOutChannels();
+    const int64_t cols_size = s.patch() * s.positions();
+    const int64_t image_size = input.numel();
     blas::launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
-      const scalar_t* kgo = blas::onDevice(go, offset);
-      const scalar_t* kin = blas::onDevice(in, offset);
-      const scalar_t* kw = blas::onDevice(w, offset);
-      if (gi != nullptr) { // cols = weight_g^T @ grad_out_g, then col2im
-        scalar_t* kgi = blas::onDevice(gi, offset);
-        std::fill(kgi, kgi + input.numel(), scalar_t(0));
+      const T* kgo = blas::onDevice(go, offset);
+      const T* kin = blas::onDevice(in, offset);
+      const T* kw = blas::onDevice(w, offset);
+      // grad_out of unit (n, g) as an (oc_g, positions) matrix.
+      const auto grad_out = [&](int64_t n, int64_t g) {
+        return kgo + (n * s.out_channels + g * oc_g) * s.positions();
+      };
+      if (T* kgi = blas::onDevice(gi, offset)) {
+        std::fill(kgi, kgi + image_size, T(0));
         at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
-          std::vector<scalar_t> cols(cols_size);
+          std::vector<T> cols(cols_size);
           for (int64_t unit = begin; unit < end; ++unit) {
             const int64_t n = unit / s.groups, g = unit % s.groups;
-            auto p = unitGemm<scalar_t>(s.patch(), s.positions(), oc_g);
-            p.a = {kw + g * oc_g * s.patch(), 0, 1, s.patch()}; // transposed
-            p.b = {kgo + (n * s.out_channels + g * oc_g) * s.positions(), 0,
-                   s.positions(), 1};
-            p.c = {cols.data(), 0, s.positions(), 1};
-            blas::gemm(p);
+            blas::gemm(blas::Gemm<T>{
+                .m = s.patch(), .n = s.positions(), .k = oc_g,
+                .a = {kw + g * oc_g * s.patch(), 0, 1, s.patch()}, // w^T
+                .b = {grad_out(n, g), 0, s.positions(), 1},
+                .c = {cols.data(), 0, s.positions(), 1}});
             col2im(s, cols.data(), n, g, kgi);
           }
         });
       }
-      if (gw != nullptr) { // weight_g = sum over images of grad_out_g @ cols^T
-        scalar_t* kgw = blas::onDevice(gw, offset);
-        std::vector<scalar_t> cols(cols_size);
+      if (T* kgw = blas::onDevice(gw, offset)) {
+        std::vector<T> cols(cols_size);
         for (int64_t g = 0; g < s.groups; ++g) {
+          T* grad_w = kgw + g * oc_g * s.patch();
           for (int64_t n = 0; n < s.batch; ++n) {
             im2col(s, kin, strides, n, g, cols.data());
-            auto p = unitGemm<scalar_t>(oc_g, s.patch(), s.positions());
-            p.a = {kgo + (n * s.out_channels + g * oc_g) * s.positions(), 0,
-                   s.positions(), 1};
-            p.b = {cols.data(), 0, 1, s.positions()}; // transposed
-            p.c = {kgw + g * oc_g * s.patch(), 0, s.patch(), 1};
-            if (n > 0) { // accumulate: C = 1 * C + A @ B
-              p.s = {p.c.data, 0, s.patch(), 1};
-              p.beta = scalar_t(1);
+            blas::Gemm<T> p{
+                .m = oc_g, .n = s.patch(), .k = s.positions(),
+                .a = {grad_out(n, g), 0, s.positions(), 1},
+                .b = {cols.data(), 0, 1, s.positions()}, // cols^T
+                .c = {grad_w, 0, s.patch(), 1}};
+            if (n > 0) { // accumulate over the images: C = 1 * C + A @ B
+              p.s = {grad_w, 0, s.patch(), 1};
+              p.beta = T(1);
             }
-            blas::gemm(p); // parallel over the rows of weight_g
+            blas::gemm(p); // its rows split over the threads
           }
         }
       }
-      if (gb != nullptr) { // bias: grad_output summed over images and positions
-        scalar_t* kgb = blas::onDevice(gb, offset);
+      if (T* kgb = blas::onDevice(gb, offset)) {
         at::parallel_for(0, s.out_channels, 1, [&](int64_t begin, int64_t end) {
           for (int64_t oc = begin; oc < end; ++oc) {
-            scalar_t sum = 0;
+            T sum = 0;
             for (int64_t n = 0; n < s.batch; ++n) {
-              const scalar_t* row = kgo + (n * s.out_channels + oc) * s.positions();
+              const T* row = kgo + (n * s.out_channels + oc) * s.positions();
               for (int64_t p = 0; p < s.positions(); ++p) {
                 sum += row[p];
               }
