@@ -12,6 +12,12 @@ changed (a diff against the version it replaces); otherwise a cell prints
 nothing. Parts named ``exercise_*`` are exercise solutions: a chapter's
 ``book.build()`` leaves them out unless asked (``book.build("exercise_x")``),
 and later chapters never see them.
+
+A cell that starts with ``%%cpp --stable NAME`` is display-only: it shows C++
+that is compiled into the stable library (``book/stable.py``: the PrivateUse1
+hooks, built once and never rebuilt), so running it stages nothing and no
+``book.build()`` compiles it. The drift check still holds it byte-identical to
+its region, which must lie in the stable library's sources.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from book.paths import CHAPTERS
 
 MAGIC = "cpp"
 EXERCISE_PREFIX = "exercise_"
-_MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<name>[A-Za-z_][\w.-]*)\s*$")
+STABLE_FLAG = "--stable"
+_NAME = r"[A-Za-z_][\w.-]*"
+_MAGIC_ARGUMENTS = re.compile(rf"^(?:(?P<stable>{STABLE_FLAG})\s+)?(?P<name>{_NAME})$")
+_MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<arguments>.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class CppPart:
     chapter: str  # notebook stem, e.g. "02_minimal_ops"
     name: str  # the cell's part name, e.g. "empty"
     source: str  # the cell body, without the magic line
+    stable: bool = False  # `%%cpp --stable NAME`: shown only, compiled into the stable library
 
     @property
     def origin(self) -> str:
@@ -46,6 +56,28 @@ class CppPart:
     @property
     def is_exercise(self) -> bool:
         return self.name.startswith(EXERCISE_PREFIX)
+
+    @property
+    def magic_line(self) -> str:
+        """The cell's first line, e.g. ``%%cpp empty`` or ``%%cpp --stable hooks``."""
+        return magic_line(self.name, self.stable)
+
+
+def magic_line(name: str, stable: bool = False) -> str:
+    return f"%%{MAGIC} {STABLE_FLAG + ' ' if stable else ''}{name}"
+
+
+def parse_arguments(line: str) -> tuple[str, bool]:
+    """(name, stable) from what follows ``%%cpp``; ValueError if it is not one name, maybe flagged."""
+    match = _MAGIC_ARGUMENTS.match(line.strip())
+    if match is None:
+        raise ValueError(f"%%{MAGIC} needs one part name, optionally after {STABLE_FLAG}; got {line!r}")
+    name, stable = match["name"], match["stable"] is not None
+    if stable and name.startswith(EXERCISE_PREFIX):
+        raise ValueError(
+            f"%%{MAGIC} {STABLE_FLAG} {name}: an exercise is built by the chapter, not shown only"
+        )
+    return name, stable
 
 
 def chapter_paths() -> list[Path]:
@@ -62,10 +94,22 @@ def chapter_stem(number: int) -> str:
 
 
 def split_magic(cell_source: str) -> tuple[str, str] | None:
-    """(name, body) if the cell is a `%%cpp NAME` cell, else None."""
+    """(name, body) if the cell is a `%%cpp [--stable] NAME` cell, else None."""
+    parsed = parse_magic(cell_source)
+    return (parsed[0], parsed[1]) if parsed else None
+
+
+def parse_magic(cell_source: str) -> tuple[str, str, bool] | None:
+    """(name, body, stable) if the cell is a `%%cpp [--stable] NAME` cell, else None."""
     first, _, body = cell_source.partition("\n")
     match = _MAGIC_LINE.match(first)
-    return (match["name"], normalize(body)) if match else None
+    if match is None:
+        return None
+    try:
+        name, stable = parse_arguments(match["arguments"])
+    except ValueError:
+        return None
+    return name, normalize(body), stable
 
 
 def normalize(body: str) -> str:
@@ -80,10 +124,10 @@ def parts_in_notebook(path: Path) -> list[CppPart]:
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
             continue
-        source = "".join(cell["source"])
-        split = split_magic(source)
-        if split:
-            parts.append(CppPart(path.stem, split[0], split[1]))
+        parsed = parse_magic("".join(cell["source"]))
+        if parsed:
+            name, body, stable = parsed
+            parts.append(CppPart(path.stem, name, body, stable))
     return parts
 
 
@@ -96,7 +140,8 @@ def resolve(parts: Iterable[CppPart]) -> list[CppPart]:
 
 
 def main_parts(parts: Iterable[CppPart]) -> list[CppPart]:
-    return [part for part in parts if not part.is_exercise]
+    """The parts a chapter's book.build() compiles: no exercises, no display-only (stable) parts."""
+    return [part for part in parts if not part.is_exercise and not part.stable]
 
 
 def parts_before(chapter: str) -> list[CppPart]:
@@ -115,8 +160,23 @@ def versions_through(chapter: str, name: str) -> list[CppPart]:
     for path in chapter_paths():
         if path.stem > chapter:
             break
-        found.extend(part for part in parts_in_notebook(path) if part.name == name)
+        found.extend(part for part in parts_in_notebook(path) if part.name == name and not part.stable)
     return found
+
+
+def shown_stable(chapter: str, name: str) -> CppPart | None:
+    """The `%%cpp --stable NAME` cell of `chapter` as its notebook file holds it, if any."""
+    for part in parts_in_notebook(CHAPTERS / f"{chapter}.ipynb"):
+        if part.stable and part.name == name:
+            return part
+    return None
+
+
+STABLE_EDIT_NOTE = (
+    "note: `{magic}` only shows code. It is compiled into ember's stable library "
+    "(book/stable.py: built once, loaded once per process), not into book.build(), "
+    "so this edit changes nothing; edit extension/csrc/runtime and restart the kernel instead."
+)
 
 
 @dataclass(frozen=True)
@@ -174,6 +234,15 @@ class Session:
         self.staged[name] = part
         return revision
 
+    def show_stable(self, name: str, body: str) -> str | None:
+        """A `%%cpp --stable NAME` cell stages nothing. Returns a note if the reader edited it."""
+        if self.chapter is None:
+            raise RuntimeError("call book.start_chapter(N) before the first %%cpp cell")
+        shown = shown_stable(self.chapter, name)
+        if shown is not None and shown.source == normalize(body):
+            return None
+        return STABLE_EDIT_NOTE.format(magic=magic_line(name, stable=True))
+
     def _revision(self, part: CppPart) -> Revision | None:
         # A cell as the book shows it revises the version before it in book order
         # (the same answer however often, and in whatever order, cells are run).
@@ -214,9 +283,12 @@ def register_magic() -> None:
         return
 
     def cpp(line: str, cell: str) -> None:
-        name = line.strip()
-        if not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
-            raise ValueError(f"%%cpp needs one part name, got {line!r}")
+        name, stable = parse_arguments(line)
+        if stable:
+            note = SESSION.show_stable(name, cell)
+            if note is not None:
+                print(note)
+            return
         revision = SESSION.stage(name, cell)
         if revision is not None:
             from IPython.display import display

@@ -5,6 +5,15 @@ cell, the tests, the benchmark) asks a `Chapter`, so they all build exactly what
 the chapter's last ``book.build()`` holds. The Python state chapters carry
 forward (the device module, later the generator helpers and the renaming) is
 replayed from the chapters' own cells tagged ``carry-forward``.
+
+A carry-forward cell can be superseded by a later chapter that sets up the same
+state differently and can do so only once per process (chapter 06 registers
+the backend name "privateuseone", chapter 11 will register "ember"). Its cell
+metadata says from which chapter on it no longer runs::
+
+    {"tags": ["carry-forward"], "ember-book": {"superseded_by": 11}}
+
+so chapter 11 (and every later one) starts without it.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from book.builder import Build
 from book.cells import CppPart, chapter_paths, main_parts, parts_before, parts_in_notebook, resolve
 
 CARRY_FORWARD = "carry-forward"
+METADATA_KEY = "ember-book"  # the book's own cell metadata
+SUPERSEDED_BY = "superseded_by"
 
 
 @dataclass(frozen=True, repr=False)
@@ -57,20 +68,41 @@ class Chapter:
         """The backend as this chapter leaves it: what its last book.build() compiles."""
         return resolve(self.parts_before() + main_parts(self.parts()))
 
-    def carried_cells(self) -> list[tuple[str, str]]:
-        """(origin, source) of the cells whose Python state later chapters start from."""
-        return [
-            (f"{self.stem}.ipynb[cell {index}]", "".join(cell["source"]))
-            for index, cell in enumerate(self._notebook["cells"])
-            if cell["cell_type"] == "code" and CARRY_FORWARD in cell.get("metadata", {}).get("tags", [])
-        ]
+    def carried_cells(self, for_chapter: int | None = None) -> list[tuple[str, str]]:
+        """(origin, source) of the cells whose Python state later chapters start from.
+
+        With `for_chapter`, only those that chapter starts from: a cell superseded by
+        chapter K (metadata ``ember-book.superseded_by``) is left out for chapters K and later.
+        """
+        carried = []
+        for index, cell in enumerate(self._notebook["cells"]):
+            metadata = cell.get("metadata", {})
+            if cell["cell_type"] != "code" or CARRY_FORWARD not in metadata.get("tags", []):
+                continue
+            origin = f"{self.stem}.ipynb[cell {index}]"
+            superseded_by = self._superseded_by(origin, metadata)
+            if for_chapter is None or superseded_by is None or for_chapter < superseded_by:
+                carried.append((origin, "".join(cell["source"])))
+        return carried
+
+    def _superseded_by(self, origin: str, metadata: dict[str, Any]) -> int | None:
+        value = metadata.get(METADATA_KEY, {}).get(SUPERSEDED_BY)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= self.number:
+            raise ValueError(
+                f"{origin}: {METADATA_KEY}.{SUPERSEDED_BY} must be the number of a later chapter "
+                f"(> {self.number}), got {value!r}"
+            )
+        return value
 
     def replay_earlier(self, namespace: dict[str, Any]) -> None:
-        """Run the carry-forward cells of every earlier chapter, in book order, in `namespace`."""
+        """Run the carry-forward cells of every earlier chapter, in book order, in `namespace`
+        (leaving out those superseded by this chapter or an earlier one)."""
         for earlier in chapters():
             if earlier.number >= self.number:
                 break
-            earlier.replay_own(namespace)
+            earlier.replay_own(namespace, for_chapter=self.number)
 
     def replay_through(self, namespace: dict[str, Any]) -> None:
         """The Python state as this chapter leaves it: earlier chapters' carry-forward cells, then its own."""
@@ -82,8 +114,9 @@ class Chapter:
         self.replay_through({} if namespace is None else namespace)
         return builder.build(parts=self.parts_through(), chapter=self.stem)
 
-    def replay_own(self, namespace: dict[str, Any]) -> None:
-        for origin, source in self.carried_cells():
+    def replay_own(self, namespace: dict[str, Any], for_chapter: int | None = None) -> None:
+        """Run this chapter's carry-forward cells (those `for_chapter` starts from, if given)."""
+        for origin, source in self.carried_cells(for_chapter):
             exec(compile(source, origin, "exec"), namespace)  # noqa: S102 (the book's own cells)
 
 

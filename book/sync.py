@@ -14,7 +14,12 @@ aside). Where the region lives depends on what the cell is:
   ``extension/csrc/``, region NAME;
 * an earlier version, revised by a later cell: ``extension/history/<chapter>.cpp``,
   region ``NAME.vK`` (K counts the versions in book order, from 1);
-* an exercise solution (``%%cpp exercise_*``): ``extension/exercises/<chapter>.cpp``.
+* an exercise solution (``%%cpp exercise_*``): ``extension/exercises/<chapter>.cpp``;
+* a display-only cell (``%%cpp --stable NAME``): code compiled into the stable
+  library (``book/stable.py``), region NAME in one of that library's sources in
+  ``extension/csrc``. It has one version, and no chapter build compiles it;
+  conversely a region of those sources shown by an ordinary cell is an error
+  (the chapter build would compile a second copy of the hooks).
 
 Neither history nor exercises is part of the package build; the chapters'
 builds and tests compile them. ``python -m book.sync --check`` lists every difference and exits 1;
@@ -34,8 +39,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from book.cells import MAGIC, CppPart, chapter_paths, normalize, parts_in_notebook, split_magic
+from book.cells import CppPart, chapter_paths, magic_line, normalize, parse_magic, parts_in_notebook
 from book.paths import CSRC, EXTENSION, REPO
+from book.stable import HEADERS as STABLE_HEADERS
+from book.stable import SOURCES as STABLE_SOURCES
 
 _MARKER = re.compile(r"^\s*// ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
 SOURCE_SUFFIXES = (".cpp", ".h")
@@ -121,12 +128,15 @@ def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
 
 def placements(parts: list[CppPart]) -> list[tuple[CppPart, Place]]:
     """Each part shown, in book order, with the place of the region it must equal."""
-    count = Counter(part.name for part in parts if not part.is_exercise)
+    count = Counter(part.name for part in parts if not part.is_exercise and not part.stable)
     seen: Counter[str] = Counter()
     placed: list[tuple[CppPart, Place]] = []
     for part in parts:
         if part.is_exercise:
             placed.append((part, (f"exercises/{part.chapter}", part.name)))
+            continue
+        if part.stable:  # one version: the stable library's source as it is
+            placed.append((part, ("csrc", part.name)))
             continue
         seen[part.name] += 1
         if seen[part.name] == count[part.name]:  # the latest version: the package's
@@ -144,6 +154,28 @@ def _describe(place: Place, extension: Path) -> str:
     )
 
 
+def _stable_file(region: Region, extension: Path, names: list[str]) -> bool:
+    csrc = extension / "csrc"
+    return region.path.is_relative_to(csrc) and region.path.relative_to(csrc).as_posix() in names
+
+
+def _kind_problem(part: CppPart, region: Region, extension: Path) -> str | None:
+    """A display-only cell must show code compiled into the stable library (its sources or the headers they
+    include), and code of the stable library's own sources only such a cell may show: its headers are shared
+    with the chapter builds (EmberCheck.h), its sources are not."""
+    if part.stable and not _stable_file(region, extension, STABLE_SOURCES + STABLE_HEADERS):
+        return (
+            f"{part.origin}: `{part.magic_line}` shows {region.where}, which is not compiled into the "
+            f"stable library ({', '.join(STABLE_SOURCES)}): use `{magic_line(part.name)}`"
+        )
+    if not part.stable and _stable_file(region, extension, STABLE_SOURCES):
+        return (
+            f"{part.origin}: {region.where} is compiled into the stable library, so a chapter build "
+            f"must not compile it again: show it with `{magic_line(part.name, stable=True)}`"
+        )
+    return None
+
+
 def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
     """Every way the chapters' C++ differs from the extension's. Empty means in sync."""
     regions = all_regions(extension)
@@ -157,6 +189,10 @@ def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSIO
         region = regions.get(place)
         if region is None:
             found.append(f"{part.origin}: no region {_describe(place, extension)}")
+            continue
+        kind = _kind_problem(part, region, extension)
+        if kind is not None:
+            found.append(kind)
         elif region.text != part.source:
             diff = difflib.unified_diff(
                 region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""
@@ -179,13 +215,14 @@ def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) 
         notebook = json.loads(path.read_text())
         dirty = False
         for cell in notebook["cells"]:
-            split = split_magic("".join(cell["source"])) if cell["cell_type"] == "code" else None
-            if split is None:
+            parsed = parse_magic("".join(cell["source"])) if cell["cell_type"] == "code" else None
+            if parsed is None:
                 continue
+            name, body, stable = parsed
             _, place = next(placed)
             region = regions.get(place)
-            if region is not None and split[1] != region.text:
-                text = f"%%{MAGIC} {split[0]}\n" + region.text.rstrip("\n")
+            if region is not None and body != region.text:
+                text = magic_line(name, stable) + "\n" + region.text.rstrip("\n")
                 cell["source"] = text.splitlines(keepends=True)
                 dirty = True
         if dirty:

@@ -56,6 +56,7 @@ c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
 
 } // namespace
 
+// ember-book: begin hooks_context
 // The driver is linked in, so ember is always "built" and is available when
 // the driver reports a device. Neither may throw.
 bool EmberHooks::isBuilt() const {
@@ -71,6 +72,7 @@ bool EmberHooks::isAvailable() const {
 bool EmberHooks::hasPrimaryContext(c10::DeviceIndex device) const {
   return device >= 0 && device < driverDeviceCount();
 }
+// ember-book: end hooks_context
 
 // Lazy initialization (at::globalContext().lazyInitDevice): nothing to set
 // up, but a driver that cannot answer should fail here, not later.
@@ -170,6 +172,7 @@ void deserializeBackendMeta(const at::Tensor& tensor,
   }
 }
 
+// ember-book: begin hooks_registration
 // PyTorch keeps a plain pointer to the hooks until the process ends, and other
 // libraries' static destructors may still call them: never destroy them.
 union ImmortalHooks {
@@ -200,6 +203,7 @@ struct RegisterEmberHooks {
 };
 
 RegisterEmberHooks register_ember_hooks;
+// ember-book: end hooks_registration
 
 } // namespace
 
