@@ -87,3 +87,5 @@
 // Chapter 05: custom operators.
 
 // Chapter 06: autograd.
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
