@@ -26,6 +26,12 @@ FAMILY_PARTS = ["abs_stub", "abs_out", "structured_out", "unary_ops", "binary_op
                 "fill_where", "relu_ops", "reductions"]  # fmt: skip
 
 
+@pytest.fixture(scope="module", autouse=True)
+def python_state() -> None:
+    """The Python state chapter 04 starts from (the device module of chapter 01)."""
+    Chapter.of(4).replay_through({})
+
+
 def own_parts() -> dict[str, CppPart]:
     return {part.name: part for part in Chapter.of(4).parts()}
 

@@ -23,7 +23,7 @@ namespace ember {
 
 // add_stub computes self + alpha * other; sub reaches it too, with -alpha.
 void addKernel(at::TensorIteratorBase& iter, const at::Scalar& alpha) {
-  dispatchNumbers("aten::add.out", iter.common_dtype(), [&](auto zero) {
+  dispatchNumbersAndBool("aten::add.out", iter.common_dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T a = alpha.to<T>();
     if (a == T(1)) { // the common case, one multiplication less
@@ -36,7 +36,7 @@ void addKernel(at::TensorIteratorBase& iter, const at::Scalar& alpha) {
 }
 
 void mulKernel(at::TensorIteratorBase& iter) {
-  dispatchNumbers("aten::mul.out", iter.common_dtype(), [&](auto zero) {
+  dispatchNumbersAndBool("aten::mul.out", iter.common_dtype(), [&](auto zero) {
     using T = decltype(zero);
     binaryLoop<T, T>("aten::mul.out", iter, [](T x, T y) EMBER_INLINE { return T(x * y); });
   });
@@ -100,14 +100,9 @@ namespace ember {
 // bool too (mask == mask).
 template <typename Compare>
 void compareKernel(const char* op, at::TensorIteratorBase& iter, Compare compare) {
-  const auto run = [&](auto zero) {
+  dispatchNumbersAndBool(op, iter.common_dtype(), [&](auto zero) {
     binaryLoop<bool, decltype(zero)>(op, iter, compare);
-  };
-  if (iter.common_dtype() == at::kBool) {
-    run(bool{});
-  } else {
-    dispatchNumbers(op, iter.common_dtype(), run);
-  }
+  });
 }
 
 #define EMBER_COMPARE_KERNEL(name, expression)                          \

@@ -62,7 +62,7 @@ void fillKernel(at::TensorIterator& iter, const at::Scalar& value) {
     case 8: return fillLoop(iter, bitsOf<uint64_t>(host));
     default:
       TORCH_CHECK(false, "ember: aten::fill_ has no ember kernel for ",
-                  iter.dtype(0), " tensors on privateuseone");
+                  iter.dtype(0), " tensors on ", c10::get_privateuse1_backend());
   }
 }
 
@@ -100,7 +100,7 @@ void whereKernel(at::TensorIterator& iter) {
     case 8: return whereLoop<uint64_t>(iter);
     default:
       TORCH_CHECK(false, "ember: aten::where has no ember kernel for ",
-                  iter.dtype(0), " tensors on privateuseone");
+                  iter.dtype(0), " tensors on ", c10::get_privateuse1_backend());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/TensorIterator.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <c10/util/FunctionRef.h>
@@ -132,8 +133,8 @@ namespace ember {
 [[noreturn]] inline void noKernelFor(const char* op, at::ScalarType type,
                                      const char* supported) {
   TORCH_CHECK(false, "ember: ", op, " has no ember kernel for ", type,
-              " tensors on privateuseone (ember computes it in ", supported,
-              ")");
+              " tensors on ", c10::get_privateuse1_backend(),
+              " (ember computes it in ", supported, ")");
 }
 
 // The dtypes ember's kernels are compiled for. Each entry is one more copy of
@@ -155,6 +156,21 @@ void dispatchNumbers(const char* op, at::ScalarType type, F&& f) {
     case at::kDouble: return f(double{});
     case at::kLong: return f(int64_t{});
     default: noKernelFor(op, type, "Float, Double and Long");
+  }
+}
+
+// Arithmetic and comparisons on bool tensors too: a mask times a mask is how
+// torch.isfinite (and so printing a tensor) combines its conditions.
+template <typename F>
+void dispatchNumbersAndBool(const char* op, at::ScalarType type, F&& f) {
+  if (type == at::kBool) {
+    return f(bool{});
+  }
+  switch (type) {
+    case at::kFloat: return f(float{});
+    case at::kDouble: return f(double{});
+    case at::kLong: return f(int64_t{});
+    default: noKernelFor(op, type, "Float, Double, Long and Bool");
   }
 }
 
