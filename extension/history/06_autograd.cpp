@@ -47,6 +47,10 @@ TORCH_LIBRARY_IMPL(ember, Autograd, m) {
 // ember-book: begin autograd_custom_abs.v2
 namespace ember {
 
+// Chapter 05's cached handle to ember::custom_abs. It is defined in chapter
+// 05's translation unit, so this one needs the declaration.
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
+
 // custom_abs's derivative: d|x|/dx = sgn(x) (0 at 0, as for aten::abs).
 struct CustomAbsFunction
     : public torch::autograd::Function<CustomAbsFunction> {

@@ -1,0 +1,72 @@
+"""book.units: a build split into one translation unit per chapter, objects reused across chapters."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from book import builder, units
+from book.cells import CppPart
+from book.chapter import Chapter
+from book.compile_errors import CppBuildError
+
+HEADER = CppPart("01_allocator", "test_header", "#define EMBER_TEST_ANSWER 42\n")
+
+
+def source_part(chapter: str, name: str, body: str) -> CppPart:
+    return CppPart(chapter, name, f"namespace ember {{\n{body}\n}} // namespace ember\n")
+
+
+def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_only():
+    first = source_part("01_allocator", "first", "int first() { return EMBER_TEST_ANSWER; }")
+    second = source_part("02_minimal_ops", "second", "int second() { return EMBER_TEST_ANSWER + 1; }")
+    split = units.split([HEADER, first, second], headers=frozenset({"test_header"}))
+    assert [unit.chapter for unit in split] == ["01_allocator", "02_minimal_ops"]
+    assert [part.name for part in split[0].parts] == ["test_header", "first"]
+    assert [part.name for part in split[1].parts] == ["test_header", "second"]
+    assert "int first()" not in split[1].text and "int second()" not in split[0].text
+
+
+def test_a_chapters_unit_is_the_same_text_in_every_later_chapters_build():
+    # What makes the object reusable: chapter 02's unit does not depend on chapter 03.
+    through_02 = units.split(Chapter.of(2).parts_through())
+    through_03 = units.split(Chapter.of(3).parts_through())
+    assert through_02[-1].chapter == "02_minimal_ops"
+    assert through_03[1] == through_02[-1]
+    assert through_03[-1].chapter == "03_fallback"
+
+
+def test_every_non_header_part_is_compiled_exactly_once():
+    parts = Chapter.of(6).parts_through()
+    headers = units.header_part_names()
+    split = units.split(parts)
+    for part in parts:
+        holders = [unit.chapter for unit in split if part in unit.parts]
+        if part.name in headers:
+            assert part.chapter in holders
+        else:
+            assert holders == [part.chapter], part.origin
+
+
+def test_a_build_keeps_its_own_object_for_later_chapters(chapter01_parts):
+    tag = uuid.uuid4().hex[:8]
+    own = source_part("01_allocator", f"kept_{tag}", f"int kept_{tag}() {{ return 7; }}")
+    build = builder.build(parts=[*chapter01_parts, own], chapter="01_allocator")
+    assert build.compiled and build.own is not None
+    assert build.own.object.exists()  # main.o, filed under the unit's key
+    later = source_part("02_minimal_ops", f"later_{tag}", f"int later_{tag}() {{ return 8; }}")
+    build = builder.build(parts=[*chapter01_parts, own, later], chapter="02_minimal_ops")
+    assert [unit.chapter for unit in build.linked] == ["01_allocator", "epilogue"]
+    assert build.linked[0].object.exists()
+
+
+def test_an_error_in_another_chapters_unit_names_its_cell(chapter01_parts):
+    tag = uuid.uuid4().hex[:8]
+    broken = source_part("01_allocator", f"broken_{tag}", "int broken() { return fourty_two; }")
+    fine = source_part("02_minimal_ops", f"fine_{tag}", "int fine() { return 1; }")
+    with pytest.raises(CppBuildError) as raised:
+        builder.build(parts=[*chapter01_parts, broken, fine], chapter="02_minimal_ops")
+    message = str(raised.value)
+    assert "C++ build of chapter 02 failed" in message
+    assert f"01_allocator.ipynb[broken_{tag}]:2" in message and "fourty_two" in message
