@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +100,8 @@ class Build:
 
 
 _LOADED: Build | None = None
+# The namespaces a build defines operators in (TORCH_LIBRARY or TORCH_LIBRARY_FRAGMENT).
+_LIBRARY = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\(\s*(\w+)\s*,")
 # Names of the builds this process has loaded (and maybe finalized) before.
 _EVER_LOADED: set[str] = set()
 
@@ -251,9 +255,52 @@ def live_device_allocations() -> tuple[int, int]:
     return count, nbytes
 
 
+def _forget_last_error() -> None:
+    """Drop the last uncaught error, whose traceback's frames may hold ember tensors.
+
+    Python (``sys.last_exc``) and IPython keep it for post-mortem debugging, so a
+    cell that failed would otherwise keep its tensors, and the backend, alive.
+    """
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "InteractiveTB"):
+        shell.InteractiveTB.tb = None  # what %debug would open
+
+
+def _operator_namespaces(parts: list[CppPart]) -> set[str]:
+    return {match for part in parts for match in _LIBRARY.findall(part.source)}
+
+
+def _forget_cached_operators(namespaces: set[str]) -> None:
+    """Drop Python's cached handles (``torch.ops.ns.op``) to operators of `namespaces`.
+
+    Retiring a build removes the operators it defined; the next build defines
+    them again. A handle cached before would point at the removed definition.
+    They are looked up afresh on next use.
+    """
+    for name in namespaces:
+        namespace = vars(torch.ops).get(name)
+        if namespace is None:
+            continue
+        for op in list(getattr(namespace, "_dir", [])):
+            if op in vars(namespace):
+                delattr(namespace, op)
+        namespace._dir.clear()
+
+
 def _unload(build: Build) -> None:
     gc.collect()  # tensors in reference cycles would otherwise still hold memory
     count, nbytes = live_device_allocations()
+    if count:
+        _forget_last_error()
+        gc.collect()
+        count, nbytes = live_device_allocations()
     if count:
         raise compile_errors.BackendInUseError(
             f"cannot replace the loaded ember backend: {count} device allocation(s) "
@@ -272,6 +319,7 @@ def _unload(build: Build) -> None:
     dso.restype = ctypes.c_void_p
     ctypes.CDLL(None).__cxa_finalize(ctypes.c_void_p(dso()))
     build._handle = None
+    _forget_cached_operators(_operator_namespaces(build.parts))
 
 
 def unload() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import uuid
 
 import pytest
+import torch
 
 from book import builder, units
+from book import driver as ember_driver
 from book.cells import CppPart
 from book.chapter import Chapter
 from book.compile_errors import CppBuildError
@@ -70,3 +74,48 @@ def test_an_error_in_another_chapters_unit_names_its_cell(chapter01_parts):
     message = str(raised.value)
     assert "C++ build of chapter 02 failed" in message
     assert f"01_allocator.ipynb[broken_{tag}]:2" in message and "fourty_two" in message
+
+
+def test_a_rebuild_refreshes_python_handles_to_the_operators_it_redefines(chapter01_parts):
+    def library(answer: int) -> CppPart:
+        body = f"""\
+TORCH_LIBRARY(booktest, m) {{
+  m.def("answer(Tensor x) -> Tensor");
+}}
+TORCH_LIBRARY_IMPL(booktest, CPU, m) {{
+  m.impl("answer", [](const at::Tensor& x) {{ return x.mul({answer}); }});
+}}
+"""
+        return CppPart("01_allocator", "booktest_library", body)
+
+    builder.build(parts=[*chapter01_parts, library(2)], chapter="01_allocator")
+    assert torch.ops.booktest.answer(torch.ones(2)).tolist() == [2.0, 2.0]
+    builder.build(parts=[*chapter01_parts, library(3)], chapter="01_allocator")
+    assert torch.ops.booktest.answer(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_parts):
+    builder.build(parts=chapter01_parts, chapter="01_allocator")
+
+    driver = ember_driver.driver().lib
+
+    class DeviceBuffer:  # owns device memory like a tensor: freed when collected
+        def __init__(self) -> None:
+            self.pointer = ctypes.c_void_p()
+            assert driver.emMalloc(ctypes.byref(self.pointer), ctypes.c_size_t(64)) == 0
+
+        def __del__(self) -> None:
+            driver.emFree(self.pointer)
+
+    def fails_holding_device_memory() -> None:
+        held = DeviceBuffer()  # noqa: F841 (kept alive by the traceback)
+        raise RuntimeError("a failed cell")
+
+    try:
+        fails_holding_device_memory()
+    except RuntimeError as error:  # what the interpreter keeps after an uncaught error
+        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+    assert builder.live_device_allocations()[0] == 1
+    tag = uuid.uuid4().hex[:8]
+    builder.build(parts=[*chapter01_parts, source_part("01_allocator", tag, "int unused() { return 0; }")])
+    assert builder.live_device_allocations()[0] == 0
