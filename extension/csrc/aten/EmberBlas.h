@@ -97,6 +97,13 @@ Gemm<T> onDevice(Gemm<T> p, ptrdiff_t offset) {
   return p;
 }
 
+// The loops below are the hot code: compiled with -O3 even where the rest
+// of the build is not (the book compiles without optimization), like the
+// elementwise rows. They use raw pointers only: GCC does not inline code
+// compiled without optimization (std::vector's operator[]) into them.
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+
 // Blocking: a kKBlock x kNBlock panel of B is copied into a contiguous
 // buffer and reused for every row; a kRows x kCols tile of C stays in
 // registers over a panel's k loop. kCols: 32 bytes of T, a loop GCC turns
@@ -138,8 +145,9 @@ void gemmRows(const Gemm<T>& p, int64_t bi, int64_t row_begin,
   const T* b = p.b.batch(bi);
   const T* s = p.s.data == nullptr ? nullptr : p.s.batch(bi);
   T* c = p.c.batch(bi);
-  std::vector<T> b_panel(kKBlock * kNBlock);
-  std::vector<T> a_panel(kKBlock * kRows);
+  std::vector<T> b_buffer(kKBlock * kNBlock), a_buffer(kKBlock * kRows);
+  T* b_panel = b_buffer.data();
+  T* a_panel = a_buffer.data();
   for (int64_t j0 = 0; j0 < p.n; j0 += kNBlock) {
     const int64_t nb = std::min(kNBlock, p.n - j0);
     for (int64_t i = row_begin; i < row_end; ++i) {
@@ -171,7 +179,7 @@ void gemmRows(const Gemm<T>& p, int64_t bi, int64_t row_begin,
         int64_t j = 0;
         if (rows == kRows) {
           for (; j + kCols<T> <= nb; j += kCols<T>) {
-            tile(kb, a_panel.data(), b_panel.data() + j, nb, crow + j,
+            tile(kb, a_panel, b_panel + j, nb, crow + j,
                  p.c.row_stride);
           }
         }
@@ -206,4 +214,5 @@ void gemm(const Gemm<T>& p) {
 }
 
 } // namespace ember::blas
+#pragma GCC pop_options
 // ember-book: end blas_gemm

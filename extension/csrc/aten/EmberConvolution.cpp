@@ -75,11 +75,16 @@ Shape shapeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
   return s;
 }
 
+// The per-element loops, -O3 like the gemm's (see EmberBlas.h).
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+
 // Calls visit(row of cols, index in the image plane or -1 for padding)
 // for every (tap, output position) of one input channel.
 template <typename Visit>
 void forEachTap(const Shape& s, int64_t y_stride, int64_t x_stride,
                 const Visit& visit) {
+  const int64_t positions = s.out_h * s.out_w;
   for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
     for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
       const int64_t row = ky * s.kernel_w + kx;
@@ -88,7 +93,7 @@ void forEachTap(const Shape& s, int64_t y_stride, int64_t x_stride,
         for (int64_t ox = 0; ox < s.out_w; ++ox) {
           const int64_t x = ox * s.stride_w - s.pad_w + kx * s.dilation_w;
           const bool inside = y >= 0 && y < s.height && x >= 0 && x < s.width;
-          visit(row * s.positions() + oy * s.out_w + ox,
+          visit(row * positions + oy * s.out_w + ox,
                 inside ? y * y_stride + x * x_stride : -1);
         }
       }
@@ -127,6 +132,33 @@ void col2im(const Shape& s, const T* cols, int64_t n, int64_t g, T* image) {
     });
   }
 }
+
+// grad_bias[oc] = grad_out summed over the images and positions.
+template <typename T>
+void biasGradient(const Shape& s, const T* grad_out, T* grad_bias) {
+  const int64_t positions = s.out_h * s.out_w;
+  at::parallel_for(0, s.out_channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t oc = begin; oc < end; ++oc) {
+      T sum = 0;
+      for (int64_t n = 0; n < s.batch; ++n) {
+        const T* row = grad_out + (n * s.out_channels + oc) * positions;
+        for (int64_t p = 0; p < positions; ++p) {
+          sum += row[p];
+        }
+      }
+      grad_bias[oc] = sum;
+    }
+  });
+}
+
+template <typename T>
+void fillZero(T* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    data[i] = T(0);
+  }
+}
+
+#pragma GCC pop_options
 
 // Forward: out[n, oc] = bias[oc] + the unit's product. One launch; inside
 // it, the units are split over the threads (each with its own cols).
@@ -228,7 +260,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
         return kgo + (n * s.out_channels + g * oc_g) * s.positions();
       };
       if (T* kgi = blas::onDevice(gi, offset)) {
-        std::fill(kgi, kgi + image_size, T(0));
+        fillZero(kgi, image_size);
         at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
           std::vector<T> cols(cols_size);
           for (int64_t unit = begin; unit < end; ++unit) {
@@ -262,18 +294,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
         }
       }
       if (T* kgb = blas::onDevice(gb, offset)) {
-        at::parallel_for(0, s.out_channels, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t oc = begin; oc < end; ++oc) {
-            T sum = 0;
-            for (int64_t n = 0; n < s.batch; ++n) {
-              const T* row = kgo + (n * s.out_channels + oc) * s.positions();
-              for (int64_t p = 0; p < s.positions(); ++p) {
-                sum += row[p];
-              }
-            }
-            kgb[oc] = sum;
-          }
-        });
+        biasGradient(s, kgo, kgb);
       }
     });
   });
