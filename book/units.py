@@ -1,4 +1,4 @@
-"""A build's translation units: one per chapter, compiled once per machine and reused.
+"""A build's translation units, compiled apart, once per machine, and reused.
 
 A chapter's backend holds the C++ of every earlier chapter. Compiled as one
 translation unit, each chapter would recompile all the kernels before it, and
@@ -7,22 +7,24 @@ the way the package splits them into files:
 
 - a *header part* (its region lives in a ``.h`` file of ``extension/csrc``:
   macros, templates, inline helpers) is seen by every unit after it;
-- every other part is compiled in exactly one unit, its chapter's.
+- every other part is compiled in exactly one unit: the parts of one chapter
+  that live in one file of ``extension/csrc`` (a part the package does not
+  have, such as an exercise or a reader's new cell, goes with its chapter's
+  other such parts).
 
-The unit of chapter c is the header parts of the other chapters that precede
-c's parts, then all of c's parts, in book order. Its text does not depend on
-the later chapters, so the object compiled for chapter c (by c's own build, or
-by the first later build that needs it) is reused by every later chapter's
-build: a reader's build compiles their chapter's unit and links the others.
-A part that calls a function defined by a part of another chapter needs a
-declaration in a header part, as it would in the package.
+A unit is its header parts and its own parts, in book order. Its text does not
+depend on later chapters, so its object, compiled the first time any build
+needs it, is reused by every later build: a reader's build compiles only the
+units their cells changed, two at a time, and links the rest. A part that calls
+a function another unit defines needs a declaration (in a header part, or in
+the cell), as it would in the package.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ class Unit:
     """The C++ of one chapter in a build, ready to compile on its own."""
 
     chapter: str
+    group: str  # the file of extension/csrc its own parts live in, or "cells"
     parts: tuple[CppPart, ...]  # its own parts and the header parts it sees, in book order
     text: str
 
@@ -58,11 +61,18 @@ class Unit:
         return cache_dir() / "objects" / self.key / "unit.o"
 
 
-def header_part_names(root: Path = CSRC) -> frozenset[str]:
-    """Names of the regions that live in a header of extension/csrc."""
+def part_files(root: Path = CSRC) -> dict[str, str]:
+    """Where each region of extension/csrc lives, by name (a path relative to csrc)."""
     from book.sync import extension_regions  # sync imports the cell machinery, as we do
 
-    return frozenset(name for name, region in extension_regions(root).items() if region.path.suffix == ".h")
+    return {
+        name: region.path.relative_to(root).as_posix() for name, region in extension_regions(root).items()
+    }
+
+
+def header_part_names(root: Path = CSRC) -> frozenset[str]:
+    """Names of the regions that live in a header of extension/csrc."""
+    return frozenset(name for name, file in part_files(root).items() if file.endswith(".h"))
 
 
 def source_text(parts: Iterable[CppPart], epilogue: tuple[str, str] | None = None) -> str:
@@ -78,20 +88,24 @@ def source_text(parts: Iterable[CppPart], epilogue: tuple[str, str] | None = Non
     return "\n".join(lines)
 
 
-def split(parts: list[CppPart], headers: frozenset[str] | None = None) -> list[Unit]:
-    """One unit per chapter that has parts, in the order of each chapter's last part."""
-    headers = header_part_names() if headers is None else headers
-    last_index: dict[str, int] = {}
+def split(parts: list[CppPart], files: dict[str, str] | None = None) -> list[Unit]:
+    """The units of a build, in the order of each unit's last part."""
+    files = part_files() if files is None else files
+
+    def is_header(part: CppPart) -> bool:
+        return not part.is_exercise and files.get(part.name, "").endswith(".h")
+
+    def group(part: CppPart) -> tuple[str, str]:
+        return part.chapter, "cells" if part.is_exercise else files.get(part.name, "cells")
+
+    last_index: dict[tuple[str, str], int] = {}
     for index, part in enumerate(parts):
-        last_index[part.chapter] = index
+        if not is_header(part):
+            last_index[group(part)] = index
     units = []
-    for chapter, last in sorted(last_index.items(), key=lambda item: item[1]):
-        seen = tuple(
-            part
-            for part in parts[: last + 1]
-            if part.chapter == chapter or (part.name in headers and not part.is_exercise)
-        )
-        units.append(Unit(chapter, seen, source_text(seen)))
+    for (chapter, file), last in sorted(last_index.items(), key=lambda item: item[1]):
+        seen = tuple(part for part in parts[: last + 1] if is_header(part) or group(part) == (chapter, file))
+        units.append(Unit(chapter, file, seen, source_text(seen)))
     return units
 
 
@@ -99,6 +113,7 @@ def compile_objects(units: list[Unit], summary: str) -> list[Path]:
     """The object files of `units`, compiling (in parallel) those not in the cache."""
     missing = [unit for unit in units if not unit.object.exists()]
     if missing:
+        toolchain.prelude_dir()  # precompiled once, before the compilers that use it start
         workers = max(1, min(len(missing), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             failures = [error for error in pool.map(_compile_object, missing) if error is not None]
@@ -113,25 +128,17 @@ def _compile_object(unit: Unit) -> tuple[Unit, str] | None:
     """Compile one unit into the object cache; on failure return the compiler's output."""
     target = unit.object
     target.parent.mkdir(parents=True, exist_ok=True)
-    source = target.with_name("unit.cpp")
+    # Private file names: another process may be compiling the same unit.
+    stem = f"unit.{os.getpid()}.{threading.get_ident()}"
+    source = target.with_name(f"{stem}.cpp")
     source.write_text(unit.text)
-    partial = target.with_name(f"unit.{os.getpid()}.{id(unit)}.partial.o")
+    partial = target.with_name(f"{stem}.partial.o")
     command = ["c++", *toolchain.compile_flags(), f"-I{toolchain.prelude_dir()}", f"-I{CSRC}"]
     command += ["-c", str(source), "-o", str(partial)]
     result = subprocess.run(command, capture_output=True, text=True)
+    source.unlink()
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
         return unit, result.stderr
     partial.rename(target)
     return None
-
-
-def keep_object(unit: Unit, compiled: Path) -> None:
-    """Keep the object a build compiled for its own unit, for the builds of later chapters."""
-    target = unit.object
-    if target.exists() or not compiled.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"unit.{os.getpid()}.kept.partial.o")
-    shutil.copyfile(compiled, partial)
-    partial.rename(target)
