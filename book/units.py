@@ -9,8 +9,8 @@ the way the package splits them into files:
   macros, templates, inline helpers) is seen by every unit after it;
 - every other part is compiled in exactly one unit: the parts of one chapter
   that live in one file of ``extension/csrc`` (a part the package does not
-  have, such as an exercise or a reader's new cell, goes with its chapter's
-  other such parts).
+  have, such as an exercise or a reader's new cell, joins the unit of its
+  chapter's part before it).
 
 A unit is its header parts and its own parts, in book order. Its text does not
 depend on later chapters, so its object, compiled the first time any build
@@ -95,16 +95,28 @@ def split(parts: list[CppPart], files: dict[str, str] | None = None) -> list[Uni
     def is_header(part: CppPart) -> bool:
         return not part.is_exercise and files.get(part.name, "").endswith(".h")
 
-    def group(part: CppPart) -> tuple[str, str]:
-        return part.chapter, "cells" if part.is_exercise else files.get(part.name, "cells")
+    # A part the package does not compile (an exercise, a reader's new cell)
+    # extends the code before it: it joins the unit of its chapter's previous
+    # part, so it sees that file's own definitions, as a solution usually must.
+    groups: list[tuple[str, str] | None] = []
+    previous: dict[str, tuple[str, str]] = {}
+    for part in parts:
+        if is_header(part):
+            groups.append(None)
+            continue
+        file = None if part.is_exercise else files.get(part.name)
+        group = (part.chapter, file) if file else previous.get(part.chapter, (part.chapter, "cells"))
+        previous[part.chapter] = group
+        groups.append(group)
 
-    last_index: dict[tuple[str, str], int] = {}
-    for index, part in enumerate(parts):
-        if not is_header(part):
-            last_index[group(part)] = index
+    last_index = {group: index for index, group in enumerate(groups) if group is not None}
     units = []
     for (chapter, file), last in sorted(last_index.items(), key=lambda item: item[1]):
-        seen = tuple(part for part in parts[: last + 1] if is_header(part) or group(part) == (chapter, file))
+        seen = tuple(
+            part
+            for part, group in zip(parts[: last + 1], groups, strict=False)
+            if group in (None, (chapter, file))
+        )
         units.append(Unit(chapter, file, seen, source_text(seen)))
     return units
 

@@ -31,7 +31,7 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
     assert [(unit.chapter, unit.group) for unit in split] == [
         ("01_allocator", "runtime/A.cpp"),
         ("01_allocator", "runtime/B.cpp"),
-        ("02_minimal_ops", "cells"),  # a part the package does not have
+        ("02_minimal_ops", "cells"),  # a part the package does not have, first of its chapter
     ]
     assert [[part.name for part in unit.parts] for unit in split] == [
         ["test_header", "first"],
@@ -127,3 +127,12 @@ def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_p
     tag = uuid.uuid4().hex[:8]
     builder.build(parts=[*chapter01_parts, source_part("01_allocator", tag, "int unused() { return 0; }")])
     assert builder.live_device_allocations()[0] == 0
+
+
+def test_an_exercise_joins_the_unit_of_the_part_before_it():
+    allocator = source_part("01_allocator", "allocator", "int allocator() { return 1; }")
+    exercise = source_part("01_allocator", "exercise_capped", "int capped() { return allocator(); }")
+    split = units.split([allocator, exercise], files={"allocator": "runtime/EmberAllocator.cpp"})
+    assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [
+        ("runtime/EmberAllocator.cpp", ["allocator", "exercise_capped"])
+    ]
