@@ -59,14 +59,13 @@ def test_non_strided_layout_is_rejected(layout: torch.layout) -> None:
         torch.empty(2, device="ember", layout=layout)
 
 
-# Structured operators (add, mul) are refused by PyTorch's own device check
-# ("found at least two devices"); operators that reach the CPU fallback (mm, cat,
-# where, out= variants) by ember's ("got tensors on two ember devices").
+# Structured operators (add, mul, where) are refused by PyTorch's own device check
+# ("found at least two devices"); operators that reach the CPU fallback (cat, out=
+# variants) by ember's ("got tensors on two ember devices").
 TWO_DEVICES = r"two (ember )?devices, ember:0 and ember:1"
 MIXED_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add,
     "mul": torch.mul,
-    "matmul": torch.matmul,
     "cat": lambda a, b: torch.cat([a, b]),
     "where": lambda a, b: torch.where(a > 0, a, b),
     "add_out": lambda a, b: torch.add(a, b, out=torch.empty(2, 2, device="ember:0")),
@@ -80,6 +79,61 @@ def test_mixing_ember_devices_is_rejected(name: str) -> None:
     b = torch.ones(2, 2, device="ember:1")
     with pytest.raises(RuntimeError, match=TWO_DEVICES):
         MIXED_OPS[name](a, b)
+
+
+# ember's native matrix products check their operands themselves: the message
+# names the operator that ran (matmul and linear run mm.out or addmm.out), and
+# the argument names and devices of the two tensors that disagree.
+MIXED_PRODUCTS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], str]] = {
+    "matmul": (
+        torch.matmul,
+        r"aten::mm\.out expects all tensors on one ember device, got self on ember:0 and mat2 on ember:1",
+    ),
+    "mm_out": (
+        lambda a, b: torch.mm(a, a, out=b),
+        r"aten::mm\.out expects all tensors on one ember device, got self on ember:0 and out on ember:1",
+    ),
+    "addmm": (
+        lambda a, b: torch.addmm(b, a, a),
+        r"aten::addmm\.out expects all tensors on one ember device, got mat1 on ember:0 and self on ember:1",
+    ),
+    "bmm": (
+        lambda a, b: torch.bmm(a[None], b[None]),
+        r"aten::bmm\.out expects all tensors on one ember device, got self on ember:0 and mat2 on ember:1",
+    ),
+    "linear": (
+        torch.nn.functional.linear,
+        r"aten::mm\.out expects all tensors on one ember device, got self on ember:0 and mat2 on ember:1",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MIXED_PRODUCTS)
+def test_mixing_ember_devices_in_a_matrix_product_is_rejected(name: str) -> None:
+    a = torch.ones(2, 2, device="ember:0")
+    b = torch.ones(2, 2, device="ember:1")
+    op, message = MIXED_PRODUCTS[name]
+    with pytest.raises(RuntimeError, match=rf"^ember: {message}$"):
+        op(a, b)
+
+
+def test_matrix_product_of_ember_and_cpu_names_both_devices() -> None:
+    a = torch.ones(2, 2, device="ember")
+    b = torch.ones(2, 2)
+    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$"):
+        torch.mm(a, b)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug: EmberBlas.cpp checkOperands compares the first operand with itself when it is "
+    "not an ember tensor, and reports 'got self on cpu and self on cpu'",
+)
+def test_matrix_product_of_cpu_and_ember_names_both_devices() -> None:
+    a = torch.ones(2, 2, device="ember")
+    b = torch.ones(2, 2)
+    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got self on cpu and mat2 on ember:0$"):
+        torch.mm(b, a)
 
 
 def test_mixing_ember_and_cpu_is_rejected() -> None:
