@@ -7,10 +7,15 @@ the way the package splits them into files:
 
 - a *header part* (its region lives in a ``.h`` file of ``extension/csrc``:
   macros, templates, inline helpers) is seen by every unit after it;
-- every other part is compiled in exactly one unit: the parts of one chapter
-  that live in one file of ``extension/csrc`` (a part the package does not
-  have, such as an exercise or a reader's new cell, joins the unit of its
-  chapter's part before it).
+- every other part is compiled in exactly one unit, with the other parts of
+  its chapter's file of ``extension/csrc`` (a part the package does not have,
+  such as an exercise or a reader's new cell, goes with its chapter's previous
+  part). A chapter's files are dealt into two units, compiled at once: each
+  unit pays a fixed cost for the precompiled prelude, and more units than
+  compilers would only add to it.
+- a unit that uses ``torch::autograd`` is compiled against a second
+  precompiled prelude that also holds chapter 06's autograd headers
+  (`book.toolchain.AUTOGRAD_FLAG`).
 
 A unit is its header parts and its own parts, in book order. Its text does not
 depend on later chapters, so its object, compiled the first time any build
@@ -23,6 +28,7 @@ the cell), as it would in the package.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Iterable
@@ -39,6 +45,11 @@ PREAMBLE = (
     '#include "prelude.h"\n'
     '#include "driver/ember_driver.h"'
 )
+# A unit that names torch::autograd (or includes its headers) gets the autograd
+# variant of the precompiled prelude (book.toolchain.AUTOGRAD_FLAG).
+_AUTOGRAD = re.compile(r"\btorch::autograd\b|torch/csrc/autograd/")
+# How many units of a chapter compile at once (the development machine's cores).
+COMPILERS = 2
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class Unit:
         return toolchain._digest(
             toolchain.toolchain_key(), toolchain.prelude_text(), str(toolchain.driver_library()), self.text
         )
+
+    @property
+    def autograd(self) -> bool:
+        """Whether it is compiled against the prelude with chapter 06's autograd headers."""
+        return _AUTOGRAD.search(self.text) is not None
 
     @property
     def object(self) -> Path:
@@ -109,15 +125,27 @@ def split(parts: list[CppPart], files: dict[str, str] | None = None) -> list[Uni
         previous[part.chapter] = group
         groups.append(group)
 
-    last_index = {group: index for index, group in enumerate(groups) if group is not None}
+    # A chapter's files are dealt, in book order, into at most COMPILERS units:
+    # every unit pays a fixed ~2 s (the prelude's pending template
+    # instantiations), so one unit per file would cost more than the two
+    # compilers running at once save.
+    bins: dict[tuple[str, str], tuple[str, int]] = {}
+    for group in groups:
+        if group is not None and group not in bins:
+            chapter = group[0]
+            bins[group] = (chapter, sum(1 for other in bins if other[0] == chapter) % COMPILERS)
+    files_of: dict[tuple[str, int], list[str]] = {}
+    for (_chapter, file), unit_bin in bins.items():
+        files_of.setdefault(unit_bin, []).append(file)
+    binned = [None if group is None else bins[group] for group in groups]
+
+    last_index = {unit_bin: index for index, unit_bin in enumerate(binned) if unit_bin is not None}
     units = []
-    for (chapter, file), last in sorted(last_index.items(), key=lambda item: item[1]):
+    for unit_bin, last in sorted(last_index.items(), key=lambda item: item[1]):
         seen = tuple(
-            part
-            for part, group in zip(parts[: last + 1], groups, strict=False)
-            if group in (None, (chapter, file))
+            part for part, other in zip(parts[: last + 1], binned, strict=False) if other in (None, unit_bin)
         )
-        units.append(Unit(chapter, file, seen, source_text(seen)))
+        units.append(Unit(unit_bin[0], " + ".join(files_of[unit_bin]), seen, source_text(seen)))
     return units
 
 
@@ -145,7 +173,9 @@ def _compile_object(unit: Unit) -> tuple[Unit, str] | None:
     source = target.with_name(f"{stem}.cpp")
     source.write_text(unit.text)
     partial = target.with_name(f"{stem}.partial.o")
-    command = ["c++", *toolchain.compile_flags(), f"-I{toolchain.prelude_dir()}", f"-I{CSRC}"]
+    command = ["c++", *toolchain.compile_flags(), f"-I{toolchain.prelude_dir(unit.autograd)}", f"-I{CSRC}"]
+    if unit.autograd:
+        command.append(toolchain.AUTOGRAD_FLAG)
     command += ["-c", str(source), "-o", str(partial)]
     result = subprocess.run(command, capture_output=True, text=True)
     source.unlink()

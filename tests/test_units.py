@@ -9,7 +9,7 @@ import uuid
 import pytest
 import torch
 
-from book import builder, units
+from book import builder, toolchain, units
 from book import driver as ember_driver
 from book.cells import CppPart
 from book.chapter import Chapter
@@ -136,3 +136,27 @@ def test_an_exercise_joins_the_unit_of_the_part_before_it():
     assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [
         ("runtime/EmberAllocator.cpp", ["allocator", "exercise_capped"])
     ]
+
+
+def test_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
+    parts = [source_part("04_stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(5)]
+    files = {f"p{i}": f"aten/F{i}.cpp" for i in range(5)}
+    split = units.split(parts, files=files)
+    assert units.COMPILERS == 2
+    assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [  # by last part
+        ("aten/F1.cpp + aten/F3.cpp", ["p1", "p3"]),
+        ("aten/F0.cpp + aten/F2.cpp + aten/F4.cpp", ["p0", "p2", "p4"]),
+    ]
+
+
+def test_only_units_naming_torch_autograd_get_the_autograd_prelude():
+    plain = source_part("05_custom_ops", "plain", "int plain() { return 0; }")
+    tag = uuid.uuid4().hex[:8]  # a new unit: it is compiled, not fetched from the cache
+    uses = source_part("06_autograd", "uses", f"using Context_{tag} = torch::autograd::AutogradContext;")
+    split = units.split([plain, uses], files={"plain": "aten/A.cpp", "uses": "aten/B.cpp"})
+    assert [unit.autograd for unit in split] == [False, True]
+    assert "EMBER_BOOK_AUTOGRAD" in toolchain.prelude_text()
+    assert toolchain.prelude_dir(True) != toolchain.prelude_dir(False)
+    # The autograd unit compiles against its prelude (torch::autograd is declared there).
+    objects = units.compile_objects(split, "test build failed")
+    assert all(path.exists() for path in objects)

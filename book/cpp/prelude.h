@@ -86,6 +86,11 @@
 
 // Chapter 05: custom operators.
 
-// Chapter 06: autograd.
+// Chapter 06: autograd. Only in the units that use torch::autograd: book.units
+// compiles those with EMBER_BOOK_AUTOGRAD, against a second precompiled
+// header. These headers would double every other unit's fixed cost (GCC
+// instantiates a PCH's pending templates in each unit that includes it).
+#ifdef EMBER_BOOK_AUTOGRAD
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
+#endif
