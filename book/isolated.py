@@ -26,8 +26,16 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 
 # The child's first lines. The user's code runs last, compiled as "<isolated>"
 # so that tracebacks name its own line numbers.
+#
+# After the code, the child leaves with os._exit: no interpreter shutdown. After a
+# backward on ember, PyTorch's autograd device threads are still alive when Python
+# finalizes, and one of them can die there with "terminate called without an active
+# exception" (SIGABRT), a crash that is no part of the lesson. The status is what
+# Python's own exit would give: 0, 1 with the traceback printed for an uncaught
+# exception, sys.exit's code. A crash inside the code (SIGSEGV) still kills the child
+# before any of this runs.
 _PRELUDE = """\
-import ctypes, pathlib
+import ctypes, os, pathlib, sys, threading
 import torch
 from book import driver as book_driver
 
@@ -40,8 +48,24 @@ if {build!r}:
     torch.ops.load_library({build!r})
 if {register!r}:
     torch._register_device_module({backend!r}, book_driver.device_module())
-exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
-     "ctypes": ctypes, "driver": driver}})
+try:
+    exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
+         "ctypes": ctypes, "driver": driver}})
+except SystemExit as stop:  # sys.exit(code): the status Python's exit would give
+    status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+    if status == 1 and not isinstance(stop.code, int):
+        print(stop.code, file=sys.stderr)
+except BaseException:  # printed as Python prints an uncaught exception
+    sys.excepthook(*sys.exc_info())
+    status = 1
+else:
+    status = 0
+for thread in threading.enumerate():  # as Python's exit does: wait for non-daemon threads
+    if thread is not threading.main_thread() and not thread.daemon:
+        thread.join()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(status)
 """
 
 
