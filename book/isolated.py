@@ -35,7 +35,7 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 # exception, sys.exit's code. A crash inside the code (SIGSEGV) still kills the child
 # before any of this runs.
 _PRELUDE = """\
-import ctypes, os, pathlib, sys, threading
+import ctypes, os, pathlib, signal, sys, threading
 import torch
 from book import driver as book_driver
 
@@ -55,9 +55,13 @@ except SystemExit as stop:  # sys.exit(code): the status Python's exit would giv
     status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
     if status == 1 and not isinstance(stop.code, int):
         print(stop.code, file=sys.stderr)
-except BaseException:  # printed as Python prints an uncaught exception
+except BaseException as error:  # printed as Python prints an uncaught exception
     sys.excepthook(*sys.exc_info())
     status = 1
+    if isinstance(error, KeyboardInterrupt):  # Python's exit then re-raises SIGINT
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 else:
     status = 0
 for thread in threading.enumerate():  # as Python's exit does: wait for non-daemon threads

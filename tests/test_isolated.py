@@ -80,6 +80,12 @@ def test_an_exception_after_a_backward_is_exit_code_1_with_its_traceback() -> No
     assert result.stderr.rstrip().endswith("ValueError: after backward")
 
 
+def test_an_uncaught_keyboard_interrupt_ends_by_sigint_as_in_python() -> None:
+    result = run_isolated("raise KeyboardInterrupt")
+    assert result.signal == "SIGINT"
+    assert result.stderr.rstrip().endswith("KeyboardInterrupt")
+
+
 def test_non_daemon_threads_are_waited_for() -> None:
     result = run_isolated(
         "import threading, time\n"
