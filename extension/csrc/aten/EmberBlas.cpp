@@ -18,7 +18,15 @@ using Named = std::pair<const char*, const at::Tensor*>;
 // Every tensor of a call on the first one's ember device, with its dtype,
 // which must be one the loops are compiled for.
 void checkOperands(const char* op, std::initializer_list<Named> named) {
-  const auto& [first_name, first] = *named.begin();
+  // The call reached ember's kernel, so some operand is on ember: compare
+  // every operand with the first one that is (a CPU `self` is then named as
+  // the odd one out, not compared with itself).
+  const auto on_ember =
+      std::find_if(named.begin(), named.end(), [](const Named& n) {
+        return n.second->is_privateuseone();
+      });
+  const auto& [first_name, first] =
+      on_ember != named.end() ? *on_ember : *named.begin();
   for (const auto& [name, t] : named) {
     TORCH_CHECK(t->is_privateuseone() && t->device() == first->device(),
                 "ember: ", op, " expects all tensors on one ember device, "
