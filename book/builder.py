@@ -200,6 +200,7 @@ def compile_library(name: str, source: str, directory: Path, extra_ldflags: list
             extra_cflags=toolchain.EXTRA_CFLAGS,
             extra_include_paths=[str(toolchain.prelude_dir()), str(CSRC)],
             extra_ldflags=[f"-L{driver.parent}", "-lember_driver", f"-Wl,-rpath,{driver.parent}"]
+            + toolchain.link_flags()
             + list(extra_ldflags),
         )
     return directory / f"{name}.so"
