@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from book import sync, units
 from book import chapter as chapter_module
+from book import sync, units
 from book.cells import Session, chapter_paths, main_parts, parse_arguments, parse_magic, split_magic
 from book.chapter import Chapter
 from book.paths import REPO
