@@ -321,3 +321,17 @@ def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> Non
     assert parts["output"].value == DispatchTable(TABLE_OPS[:2], ["PrivateUse1"]).html()
     parts["ops"].value = "aten::no_such_op"
     assert "ember-error" in parts["output"].value and "not an operator" in parts["output"].value
+
+
+@pytest.mark.parametrize(
+    ("key", "location", "kind"),
+    [
+        ("PrivateUse1", "<notebook cell>:12", tr.EMBER_KERNEL),  # the reader's Python kernel for ember
+        ("SparseCPU", "<notebook cell>:12", tr.OTHER_KERNEL),  # the reader's, but not ember's (chapter 00)
+        ("CPU", "05_custom_ops.ipynb[custom_abs]:40", tr.EMBER_KERNEL),  # the book's C++, any key
+        ("CPU", "build/aten/src/ATen/RegisterCPU_3.cpp:4482", tr.CPU_KERNEL),
+    ],
+)
+def test_only_the_books_cpp_and_kernels_at_embers_keys_are_ember_kernels(key, location, kind):
+    step = tr.Step(key, t.Entry(t.KERNEL, location=location), tr.RAN, inferred=False)
+    assert tr.kernel_kind(step) == kind

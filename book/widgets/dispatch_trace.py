@@ -273,12 +273,22 @@ def resolve(
     raise RuntimeError(f"book.trace: the dispatch path from {keysets.names(candidates)} does not end")
 
 
+def _an_ember_kernel(step: Step) -> bool:
+    """C++ of the book's, or a Python kernel of the reader's at one of ember's keys.
+
+    A kernel a notebook cell registers from Python for another backend (chapter
+    00's SparseCPU gelu) is the reader's, but not an ember kernel.
+    """
+    location = step.entry.location or ""
+    return not location.startswith(t.NOTEBOOK_CELL) or "PrivateUse1" in step.key
+
+
 def kernel_kind(step: Step) -> str:
     """What ran at the final step: EMBER_KERNEL, BACKEND_FALLBACK, an alias key, CPU_KERNEL, ..."""
     entry = step.entry
     if entry.kind == t.NOTHING:
         return MISSING
-    if entry.ours and entry.kind in (t.KERNEL, t.ALIAS):
+    if entry.ours and entry.kind in (t.KERNEL, t.ALIAS) and _an_ember_kernel(step):
         return EMBER_KERNEL
     if entry.kind == t.FALLBACK:
         return BACKEND_FALLBACK
