@@ -183,10 +183,11 @@ def build(
 
 
 def compile_library(name: str, source: str, directory: Path, extra_ldflags: list[str] = ()) -> Path:
-    """Compile one translation unit against the precompiled prelude and the driver, without loading it.
+    """Build a library with `load_inline` from `source`, linked to the driver, without loading it.
 
-    The book's only `load_inline` call: chapter builds and the trace probe both come through here, so
-    they share flags, headers and the precompiled prelude. Returns the library's path.
+    The book's only `load_inline` call: chapter builds (whose `source` is a comment: their code comes
+    as unit objects in `extra_ldflags`) and the trace probe both come through here, so they share
+    flags, headers, the precompiled prelude and the linker. Returns the library's path.
     """
     driver = toolchain.driver_library()
     directory.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from book import compile_errors, toolchain
@@ -61,13 +62,15 @@ class Unit:
     parts: tuple[CppPart, ...]  # its own parts and the header parts it sees, in book order
     text: str
 
-    @property
+    # Cached: the key hashes the unit's text and reads the prelude, and a build
+    # asks for each unit's object path several times.
+    @cached_property
     def key(self) -> str:
         return toolchain._digest(
             toolchain.toolchain_key(), toolchain.prelude_text(), str(toolchain.driver_library()), self.text
         )
 
-    @property
+    @cached_property
     def autograd(self) -> bool:
         """Whether it is compiled against the prelude with chapter 06's autograd headers."""
         return _AUTOGRAD.search(self.text) is not None
