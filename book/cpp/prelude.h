@@ -86,6 +86,16 @@
 
 // Chapter 05: custom operators.
 
+// Chapter 07: autocast.
+
+// Chapter 08: random number generators.
+
+// Chapter 09: streams and events.
+
+// Chapter 10: serialization and storages.
+
+// Chapter 11: renaming.
+
 // Chapter 06: autograd. Only in the units that use torch::autograd: book.units
 // compiles those with EMBER_BOOK_AUTOGRAD, against a second precompiled
 // header. These headers would double every other unit's fixed cost (GCC

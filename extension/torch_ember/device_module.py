@@ -185,3 +185,18 @@ def manual_seed_all(seed: int) -> None:
     """Seed every ember device's generator. ember has no random number generator yet
     (random operators are refused), so there is nothing to seed."""
     del seed
+
+
+# Each later chapter owns one section below and appends its public names to __all__ there
+# (`__all__ += [...]`), so sections can change independently.
+
+# -- Chapter 07: automatic mixed precision ---------------------------------------------------
+
+
+# -- Chapter 08: random number generators ----------------------------------------------------
+
+
+# -- Chapter 09: streams and events ----------------------------------------------------------
+
+
+# -- Chapter 10: storages and serialization --------------------------------------------------
