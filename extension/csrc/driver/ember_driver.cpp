@@ -465,6 +465,8 @@ const char* emGetErrorString(emError_t error) {
       return "invalid argument";
     case emErrorMemoryAllocation:
       return "out of memory";
+    case emErrorNotReady:
+      return "device not ready";
   }
   return "unknown ember error";
 }
@@ -677,6 +679,38 @@ emError_t emSetEventCallback(emEventCallback callback, void* user) {
   slot.callback = callback;
   slot.user = user;
   return emSuccess;
+}
+
+// Streams and sync events: declared, not implemented yet (stubs).
+emError_t emStreamCreate(int, emStream_t*) { return emErrorInvalidValue; }
+emError_t emStreamQuery(int, emStream_t) { return emErrorInvalidValue; }
+emError_t emStreamSynchronize(int, emStream_t) { return emErrorInvalidValue; }
+emError_t emGetStream(int, emStream_t*) { return emErrorInvalidValue; }
+emError_t emSetStream(int, emStream_t) { return emErrorInvalidValue; }
+emError_t emMemcpyAsync(void*, const void*, size_t, emMemcpyKind, int,
+                        emStream_t) {
+  return emErrorInvalidValue;
+}
+emError_t emSleepAsync(uint64_t, int, emStream_t) {
+  return emErrorInvalidValue;
+}
+emError_t emSyncEventCreate(int, emSyncEvent_t*, unsigned int) {
+  return emErrorInvalidValue;
+}
+emError_t emSyncEventDestroy(emSyncEvent_t) { return emErrorInvalidValue; }
+emError_t emSyncEventRecord(emSyncEvent_t, int, emStream_t) {
+  return emErrorInvalidValue;
+}
+emError_t emSyncEventQuery(emSyncEvent_t) { return emErrorInvalidValue; }
+emError_t emSyncEventSynchronize(emSyncEvent_t) { return emErrorInvalidValue; }
+emError_t emStreamWaitSyncEvent(int, emStream_t, emSyncEvent_t) {
+  return emErrorInvalidValue;
+}
+emError_t emSyncEventElapsedTime(float*, emSyncEvent_t, emSyncEvent_t) {
+  return emErrorInvalidValue;
+}
+emError_t emSetEventKindEnabled(emEventKind, int) {
+  return emErrorInvalidValue;
 }
 
 } // extern "C"
