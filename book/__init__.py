@@ -11,7 +11,10 @@ with ``book.build()``.
 
 from __future__ import annotations
 
-from book import errors
+# `autoload` comes first (the names of a from-import are imported in order): before anything
+# imports torch, it turns off PyTorch's backend autoload, which would load the installed
+# torch_ember next to the chapters' builds (book/autoload.py).
+from book import autoload, errors  # noqa: F401
 from book.builder import Build, build, loaded
 from book.cells import SESSION, register_magic
 from book.chapter import Chapter

@@ -32,6 +32,8 @@ KERNEL_NAME = "python3"
 
 def execute(path: Path) -> float:
     os.environ["EMBER_BOOK_BATCH"] = "1"
+    # The kernel inherits it: its `import torch` must not load the installed torch_ember (book/autoload.py).
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     notebook = nbformat.read(path, as_version=4)
     started = time.perf_counter()
     client = NotebookClient(

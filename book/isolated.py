@@ -46,6 +46,8 @@ book_driver.use_library(pathlib.Path({driver!r}))
 driver = book_driver.driver().lib
 if {build!r}:
     torch.ops.load_library({build!r})
+if {rename!r}:  # chapter 11 on: the backend's name, as the reader's process registered it
+    torch.utils.rename_privateuse1_backend({backend!r})
 if {register!r}:
     torch._register_device_module({backend!r}, book_driver.device_module())
 try:
@@ -124,11 +126,14 @@ def run_isolated(code: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Isolate
     script = _PRELUDE.format(
         driver=str(toolchain.driver_library()),
         build=str(build.library) if build is not None else "",
+        rename=backend != "privateuseone",
         register=getattr(torch, backend, None) is ember_driver.device_module(),
         backend=backend,
         code=code,
     )
-    environment = dict(os.environ, PYTHONUNBUFFERED="1")
+    # TORCH_DEVICE_BACKEND_AUTOLOAD=0: the child's `import torch` must not load the installed
+    # torch_ember next to the build (book/autoload.py; `import book` set it here already).
+    environment = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     environment.pop("PYTHONFAULTHANDLER", None)  # its report holds addresses and thread ids
     try:
         child = subprocess.run(
