@@ -21,6 +21,16 @@
 // reference goes (emFree, or the end of a copy or kernel that still used it),
 // its pages are punched out of the file, so the memory really goes back to the
 // OS, and only then is the range free for reuse.
+//
+// Streams: every stream is a queue of operations (copies, sleeps, event
+// records and waits) that one detached worker thread runs in order. One mutex
+// (Scheduler::mutex) guards all stream and event state; workers wait on their
+// stream's condition variable for work, and everyone who waits for progress
+// (a synchronize, a worker at an event wait) waits on one shared condition
+// variable that each finished operation notifies. Kernels and synchronous
+// copies run on the host thread that issued them: they wait for their
+// stream's earlier work, then "hold" the stream (host_holds) so its worker
+// starts nothing queued later until they are done.
 
 #include "ember_driver.h"
 
@@ -31,16 +41,25 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <system_error>
+#include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -268,7 +287,12 @@ Allocation::~Allocation() {
 // files' data into files of its own and maps those in their place, as if device
 // memory were copied on fork like the rest of the process. The locks are taken
 // around fork() so that the child's copies of them are consistent.
+void scheduler_before_fork();
+void scheduler_after_fork_parent();
+void scheduler_after_fork_child();
+
 void before_fork() {
+  scheduler_before_fork(); // lock order: scheduler, mutex, ranges_mutex
   state().mutex.lock();
   state().ranges_mutex.lock();
 }
@@ -276,6 +300,7 @@ void before_fork() {
 void after_fork_parent() {
   state().ranges_mutex.unlock();
   state().mutex.unlock();
+  scheduler_after_fork_parent();
 }
 
 // Copies the data (not the holes) of `from` into `to`, reading through the
@@ -322,6 +347,7 @@ void after_fork_child() {
   }
   s.ranges_mutex.unlock();
   s.mutex.unlock();
+  scheduler_after_fork_child();
 }
 
 State& state() {
@@ -341,16 +367,37 @@ bool valid_device(int device) {
   return device >= 0 && device < kNumDevices;
 }
 
+// What went wrong in this thread's latest failed call, for emGetErrorDetail.
+// The detail belongs to one error code: a later failure with another code
+// (or a call that clears it) does not show stale text.
+struct ErrorDetail {
+  emError_t code = emSuccess;
+  char text[192] = "";
+};
+thread_local ErrorDetail error_detail;
+
+void clear_detail() {
+  error_detail.code = emSuccess;
+}
+
+__attribute__((format(printf, 2, 3))) emError_t fail(emError_t code,
+                                                      const char* format,
+                                                      ...) {
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(error_detail.text, sizeof(error_detail.text), format, args);
+  va_end(args);
+  error_detail.code = code;
+  return code;
+}
+
 // The one place that says what is wrong with a device index: every layer above
 // (the device guard, the hooks, the Python device module) reports this text.
-thread_local char invalid_device_detail[128] = "";
-
 emError_t invalid_device(int device) {
-  std::snprintf(invalid_device_detail, sizeof(invalid_device_detail),
-                "device index %d is out of range: there are %d ember devices "
-                "(0..%d)",
-                device, kNumDevices, kNumDevices - 1);
-  return emErrorInvalidDevice;
+  return fail(emErrorInvalidDevice,
+              "device index %d is out of range: there are %d ember devices "
+              "(0..%d)",
+              device, kNumDevices, kNumDevices - 1);
 }
 
 uintptr_t addr(const void* ptr) {
@@ -403,7 +450,15 @@ CallbackSlot& callback_slot() {
   return *instance;
 }
 
+// The kinds reported (emSetEventKindEnabled); kinds 0..3 start enabled.
+std::atomic<uint32_t> enabled_kinds{0xFu};
+
+bool kind_enabled(emEventKind kind) {
+  return (enabled_kinds.load(std::memory_order_relaxed) >> kind) & 1u;
+}
+
 void notify(const emEvent& event) {
+  if (!kind_enabled(event.kind)) return;
   emEventCallback callback = nullptr;
   void* user = nullptr;
   {
@@ -437,6 +492,9 @@ emError_t translate_exceptions(Fn&& fn) {
     return fn();
   } catch (const std::bad_alloc&) {
     return emErrorMemoryAllocation;
+  } catch (const std::system_error& e) { // a worker thread did not start
+    return fail(emErrorMemoryAllocation, "cannot start a stream worker: %s",
+                e.what());
   }
 }
 
@@ -448,6 +506,370 @@ struct KernelScope {
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
 };
+
+// Validates a copy (emMemcpy, emMemcpyAsync). On success with count > 0,
+// `allocs` holds the device side(s), destination first; the references keep
+// the ranges from reuse until the caller drops them.
+emError_t check_copy(void* dst, const void* src, size_t count,
+                     emMemcpyKind kind, std::vector<AllocationPtr>& allocs) {
+  if (kind != emMemcpyHostToDevice && kind != emMemcpyDeviceToHost &&
+      kind != emMemcpyDeviceToDevice) {
+    return emErrorInvalidValue;
+  }
+  if (count == 0) return emSuccess;
+  if (dst == nullptr || src == nullptr || count > UINTPTR_MAX - addr(dst) ||
+      count > UINTPTR_MAX - addr(src)) {
+    return emErrorInvalidValue;
+  }
+  // Look up (may allocate, so inside translate_exceptions).
+  return translate_exceptions([&] {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    const bool ok =
+        check_copy_side(dst, count, kind != emMemcpyDeviceToHost, allocs) &&
+        check_copy_side(src, count, kind != emMemcpyHostToDevice, allocs);
+    return ok ? emSuccess : emErrorInvalidValue;
+  });
+}
+
+void* copy_target(void* dst, emMemcpyKind kind) {
+  return kind == emMemcpyDeviceToHost ? dst : accessible(dst);
+}
+
+const void* copy_source(const void* src, emMemcpyKind kind) {
+  return kind == emMemcpyHostToDevice ? src : accessible(src);
+}
+
+// ---------------------------------------------------------------------------
+// Streams and sync events.
+
+using Clock = std::chrono::steady_clock;
+
+struct SyncEvent {
+  SyncEvent(emSyncEvent_t id, int device, unsigned int flags)
+      : id(id), device(device), timing(!(flags & emSyncEventDisableTiming)) {}
+  const emSyncEvent_t id;
+  const int device;
+  const bool timing;
+  // Generations: `recorded` counts emSyncEventRecord calls; `completed` is
+  // the newest generation a worker (or an idle stream, at once) has reached,
+  // at `time`. Query, synchronize and waits look at the generation that was
+  // the latest when they were called.
+  uint64_t recorded = 0;
+  uint64_t completed = 0;
+  Clock::time_point time{};
+};
+using SyncEventPtr = std::shared_ptr<SyncEvent>;
+
+struct Op {
+  enum Kind { kCopy, kSleep, kRecord, kWait } kind = kCopy;
+  uint64_t seq = 0; // position in its stream, from 1
+  // kCopy
+  void* to = nullptr;
+  const void* from = nullptr;
+  size_t count = 0;
+  std::vector<AllocationPtr> allocs; // keeps freed ranges from reuse
+  // kSleep
+  uint64_t microseconds = 0;
+  // kRecord, kWait
+  SyncEventPtr event;
+  uint64_t generation = 0;
+};
+
+struct Stream {
+  Stream(int device, emStream_t id) : device(device), id(id) {}
+  const int device;
+  const emStream_t id;
+  std::deque<Op> queue; // waiting ops; the front may be an unmet kWait
+  uint64_t enqueued = 0; // seq of the latest op queued
+  uint64_t done = 0;     // seq of the latest op finished (in order)
+  bool running = false;  // the worker has popped an op and runs it
+  int host_holds = 0;    // kernels / copies running on host threads
+  bool has_worker = false;
+  std::condition_variable work; // the worker waits here for runnable work
+
+  bool idle() const { return queue.empty() && !running && host_holds == 0; }
+};
+
+constexpr size_t kMaxStreamsPerDevice = 1024;
+
+struct Scheduler {
+  std::mutex mutex;
+  std::condition_variable progress; // an op finished, or a hold ended
+  // Streams are never destroyed, so Stream* stays valid: the thread-local
+  // current streams and the workers keep raw pointers.
+  std::array<std::vector<Stream*>, kNumDevices> streams; // [0]: default
+  std::unordered_map<emStream_t, Stream*> by_id;         // created streams
+  emStream_t next_stream = 1;
+  std::unordered_map<emSyncEvent_t, SyncEventPtr> events;
+  emSyncEvent_t next_event = 1;
+  // Set in a forked child: workers are started on its first stream call.
+  bool restart_workers = false;
+
+  Scheduler() {
+    for (int d = 0; d < kNumDevices; ++d) {
+      streams[d].push_back(new Stream(d, 0));
+    }
+  }
+};
+
+Scheduler& scheduler() {
+  static Scheduler* const instance = [] {
+    state(); // registers the fork handlers, which drain the streams
+    return new Scheduler(); // never destroyed: see state()
+  }();
+  return *instance;
+}
+
+// Per host thread and device: the current stream (nullptr: the default).
+thread_local std::array<Stream*, kNumDevices> current_streams{};
+// The streams this thread holds while a kernel or copy of it runs (so that a
+// forked child, which only has this thread, knows which holds survive).
+thread_local std::vector<Stream*> held_streams;
+
+void worker_main(Stream* s);
+
+// Caller holds the scheduler mutex. Wakes the stream's worker, starting it
+// if there is none (first async work, or a forked child).
+void wake(Stream* s) {
+  if (s->queue.empty() || s->host_holds > 0) return;
+  if (!s->has_worker) {
+    std::thread(worker_main, s).detach(); // may throw std::system_error
+    s->has_worker = true;
+  } else {
+    s->work.notify_one();
+  }
+}
+
+// Locks the scheduler; in a forked child, the first lock restarts workers
+// for the work it inherited.
+std::unique_lock<std::mutex> lock_scheduler() {
+  Scheduler& sc = scheduler();
+  std::unique_lock<std::mutex> lock(sc.mutex);
+  if (sc.restart_workers) {
+    sc.restart_workers = false;
+    for (auto& list : sc.streams) {
+      for (Stream* s : list) {
+        try {
+          wake(s);
+        } catch (const std::system_error&) {
+          sc.restart_workers = true; // try again on the next call
+        }
+      }
+    }
+  }
+  return lock;
+}
+
+bool wait_met(const Op& op) {
+  return op.event->completed >= op.generation;
+}
+
+// Caller holds the scheduler mutex. Something finished: wake host waiters,
+// and the workers whose stream waits at an event.
+void notify_progress() {
+  Scheduler& sc = scheduler();
+  sc.progress.notify_all();
+  for (auto& list : sc.streams) {
+    for (Stream* s : list) {
+      if (s->has_worker && !s->queue.empty() &&
+          s->queue.front().kind == Op::kWait) {
+        s->work.notify_one();
+      }
+    }
+  }
+}
+
+// Caller holds the scheduler mutex.
+void complete_record(SyncEvent& event, uint64_t generation) {
+  if (generation > event.completed) {
+    event.completed = generation;
+    event.time = Clock::now();
+  }
+}
+
+void worker_main(Stream* s) {
+  Scheduler& sc = scheduler();
+  std::unique_lock<std::mutex> lock(sc.mutex);
+  for (;;) {
+    // Runnable: a queued op, no host kernel holding the stream, and (for an
+    // event wait at the front) its event reached. Idle workers block here.
+    s->work.wait(lock, [&] {
+      return !s->queue.empty() && s->host_holds == 0 &&
+          (s->queue.front().kind != Op::kWait || wait_met(s->queue.front()));
+    });
+    Op op = std::move(s->queue.front());
+    s->queue.pop_front();
+    s->running = true;
+    if (op.kind == Op::kRecord) {
+      complete_record(*op.event, op.generation);
+    } else if (op.kind != Op::kWait) {
+      lock.unlock();
+      if (op.kind == Op::kCopy) {
+        std::memmove(op.to, op.from, op.count);
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(op.microseconds));
+      }
+      // Released without the lock: the last reference returns the range.
+      op.allocs.clear();
+      lock.lock();
+    }
+    s->running = false;
+    s->done = op.seq;
+    // Host waiters and other streams' event waits look at `done` and events.
+    notify_progress();
+  }
+}
+
+// Caller holds the scheduler mutex. Finds stream (device, id), or fails with
+// the detail saying why.
+emError_t find_stream(int device, emStream_t id, Stream** out) {
+  if (!valid_device(device)) return invalid_device(device);
+  Scheduler& sc = scheduler();
+  if (id == 0) {
+    *out = sc.streams[device][0];
+    return emSuccess;
+  }
+  auto it = sc.by_id.find(id);
+  if (it == sc.by_id.end()) {
+    return fail(emErrorInvalidValue,
+                "stream %lld does not exist on ember device %d (ids come "
+                "from emStreamCreate; 0 is the default stream)",
+                static_cast<long long>(id), device);
+  }
+  if (it->second->device != device) {
+    return fail(emErrorInvalidValue,
+                "stream %lld belongs to ember device %d, not device %d",
+                static_cast<long long>(id), it->second->device, device);
+  }
+  *out = it->second;
+  return emSuccess;
+}
+
+// Caller holds the scheduler mutex.
+emError_t find_event(emSyncEvent_t id, SyncEventPtr* out) {
+  auto& events = scheduler().events;
+  auto it = events.find(id);
+  if (it == events.end()) {
+    return fail(emErrorInvalidValue,
+                "event %lld does not exist (never created, or destroyed)",
+                static_cast<long long>(id));
+  }
+  *out = it->second;
+  return emSuccess;
+}
+
+emError_t unrecorded(const SyncEvent& event) {
+  return fail(emErrorInvalidValue,
+              "event %lld (ember device %d) has never been recorded",
+              static_cast<long long>(event.id), event.device);
+}
+
+emError_t no_wait_in_kernel(const char* call) {
+  return fail(emErrorInvalidValue,
+              "%s inside a kernel: the kernel's own stream cannot finish "
+              "before the kernel does",
+              call);
+}
+
+Stream* current_stream_of(int device) {
+  Stream* s = current_streams[device];
+  return s != nullptr ? s : scheduler().streams[device][0];
+}
+
+// Caller holds the scheduler mutex (through `lock`). Queues `op` on `s`.
+void enqueue(Stream* s, Op op) {
+  op.seq = ++s->enqueued;
+  s->queue.push_back(std::move(op));
+  wake(s);
+}
+
+// Host work in stream order: waits until the streams' earlier work is done,
+// then holds them (their workers start nothing new) until destroyed. Inside
+// a kernel it does nothing: the enclosing launch already waited and holds.
+class HostWork {
+ public:
+  HostWork(Stream* a, Stream* b) {
+    if (kernel_depth > 0) return;
+    held_streams.reserve(held_streams.size() + 2); // may throw: nothing held
+    streams_[0] = a;
+    streams_[1] = (b != a) ? b : nullptr;
+    Scheduler& sc = scheduler();
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    const uint64_t target0 = a->enqueued;
+    const uint64_t target1 = streams_[1] ? streams_[1]->enqueued : 0;
+    // Wait for both, then hold both at once: holding one while waiting for
+    // the other could block work the other waits for.
+    sc.progress.wait(lock, [&] {
+      return a->done >= target0 &&
+          (streams_[1] == nullptr || streams_[1]->done >= target1);
+    });
+    for (Stream* s : streams_) {
+      if (s == nullptr) continue;
+      ++s->host_holds;
+      held_streams.push_back(s); // reserved above: cannot throw
+    }
+  }
+  ~HostWork() {
+    if (streams_[0] == nullptr) return;
+    std::lock_guard<std::mutex> lock(scheduler().mutex);
+    for (Stream* s : streams_) {
+      if (s == nullptr) continue;
+      --s->host_holds;
+      held_streams.erase(
+          std::find(held_streams.begin(), held_streams.end(), s));
+      try {
+        wake(s);
+      } catch (const std::system_error&) {
+        // The work stays queued; the next call on the stream retries.
+      }
+    }
+    notify_progress();
+  }
+  HostWork(const HostWork&) = delete;
+  HostWork& operator=(const HostWork&) = delete;
+
+ private:
+  std::array<Stream*, 2> streams_{};
+};
+
+// fork(): see the header. The parent waits until every stream is idle or
+// cannot progress (held by a host kernel, or at an event wait not yet met),
+// then keeps the scheduler locked across fork().
+void scheduler_before_fork() {
+  Scheduler& sc = scheduler();
+  std::unique_lock<std::mutex> lock(sc.mutex);
+  sc.progress.wait(lock, [&] {
+    for (auto& list : sc.streams) {
+      for (Stream* s : list) {
+        const bool stuck = s->host_holds > 0 ||
+            (!s->running && !s->queue.empty() &&
+             s->queue.front().kind == Op::kWait && !wait_met(s->queue.front()));
+        if (!s->idle() && !stuck) return false;
+      }
+    }
+    return true;
+  });
+  lock.release(); // unlocked in after_fork_*
+}
+
+void scheduler_after_fork_parent() {
+  scheduler().mutex.unlock();
+}
+
+void scheduler_after_fork_child() {
+  Scheduler& sc = scheduler();
+  // Only this thread exists now: no workers, and only its own holds.
+  for (auto& list : sc.streams) {
+    for (Stream* s : list) {
+      s->has_worker = false;
+      s->running = false;
+      s->host_holds = 0;
+    }
+  }
+  for (Stream* s : held_streams) ++s->host_holds;
+  sc.restart_workers = true;
+  sc.mutex.unlock();
+}
 
 } // namespace ember::driver::detail
 
@@ -472,7 +894,8 @@ const char* emGetErrorString(emError_t error) {
 }
 
 const char* emGetErrorDetail(emError_t error) {
-  return error == emErrorInvalidDevice ? invalid_device_detail : "";
+  return error != emSuccess && error == error_detail.code ? error_detail.text
+                                                          : "";
 }
 
 emError_t emGetDeviceCount(int* count) {
@@ -495,12 +918,28 @@ emError_t emSetDevice(int device) {
 
 emError_t emDeviceSynchronize(int device) {
   if (!valid_device(device)) return invalid_device(device);
-  // Every copy and kernel finishes before the call that issued it returns:
-  // there is nothing to wait for (yet).
-  return emSuccess;
+  return translate_exceptions([&] {
+    Scheduler& sc = scheduler();
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    // What was queued before the call, on every stream of the device.
+    std::vector<std::pair<Stream*, uint64_t>> targets;
+    for (Stream* s : sc.streams[device]) {
+      if (s->done < s->enqueued) targets.emplace_back(s, s->enqueued);
+    }
+    if (targets.empty()) return emSuccess;
+    if (kernel_depth > 0) return no_wait_in_kernel("emDeviceSynchronize");
+    sc.progress.wait(lock, [&] {
+      for (const auto& [s, target] : targets) {
+        if (s->done < target) return false;
+      }
+      return true;
+    });
+    return emSuccess;
+  });
 }
 
 emError_t emMalloc(void** ptr, size_t size) {
+  clear_detail();
   if (ptr == nullptr) return emErrorInvalidValue;
   *ptr = nullptr;
   if (size == 0) return emSuccess;
@@ -550,6 +989,7 @@ emError_t emMalloc(void** ptr, size_t size) {
 }
 
 emError_t emFree(void* ptr) {
+  clear_detail();
   if (ptr == nullptr) return emSuccess;
   // Declared before the lock so that returning the range (if this is the last
   // reference) happens after the mutex is released.
@@ -575,6 +1015,7 @@ emError_t emFree(void* ptr) {
 }
 
 emError_t emPointerGetDevice(const void* ptr, int* device) {
+  clear_detail();
   if (ptr == nullptr || device == nullptr) return emErrorInvalidValue;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -586,41 +1027,31 @@ emError_t emPointerGetDevice(const void* ptr, int* device) {
 
 emError_t emMemcpy(void* dst, const void* src, size_t count,
                    emMemcpyKind kind) {
-  if (kind != emMemcpyHostToDevice && kind != emMemcpyDeviceToHost &&
-      kind != emMemcpyDeviceToDevice) {
-    return emErrorInvalidValue;
-  }
-  if (count == 0) return emSuccess;
-  if (dst == nullptr || src == nullptr || count > UINTPTR_MAX - addr(dst) ||
-      count > UINTPTR_MAX - addr(src)) {
-    return emErrorInvalidValue;
-  }
-
-  // Look up (may allocate, so inside translate_exceptions), then copy. The
-  // references in `allocs` keep the ranges from being reused meanwhile.
+  clear_detail();
   std::vector<AllocationPtr> allocs;
-  const emError_t status = translate_exceptions([&] {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    const bool ok =
-        check_copy_side(dst, count, kind != emMemcpyDeviceToHost, allocs) &&
-        check_copy_side(src, count, kind != emMemcpyHostToDevice, allocs);
-    return ok ? emSuccess : emErrorInvalidValue;
-  });
-  if (status != emSuccess) return status;
-  // check_copy_side appended the device side(s): destination first.
-  emEvent event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
+  const emError_t status = check_copy(dst, src, count, kind, allocs);
+  if (status != emSuccess || count == 0) return status;
+  // check_copy appended the device side(s): destination first.
+  const int device = allocs[0]->device;
+  emEvent event = make_event(emEventMemcpy, device, count, dst);
   event.memcpy_kind = kind;
   if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
-  void* to = kind == emMemcpyDeviceToHost ? dst : accessible(dst);
-  const void* from = kind == emMemcpyHostToDevice ? src : accessible(src);
-  // memmove: a device-to-device copy within one allocation may overlap.
-  std::memmove(to, from, count);
+  Stream* stream = current_stream_of(device);
+  const emError_t ordered = translate_exceptions([&] {
+    // In order on the current stream of each device the copy touches.
+    HostWork work(stream, current_stream_of(allocs.back()->device));
+    std::memmove(copy_target(dst, kind), copy_source(src, kind), count);
+    return emSuccess;
+  });
+  if (ordered != emSuccess) return ordered;
+  event.stream = stream->id;
   allocs.clear(); // may return freed ranges: before the callback runs
   notify(event);
   return emSuccess;
 }
 
 emError_t emGetKernelOffset(ptrdiff_t* offset) {
+  clear_detail();
   if (offset == nullptr || kernel_depth == 0) return emErrorInvalidValue;
   *offset = state().region.offset;
   return emSuccess;
@@ -628,6 +1059,7 @@ emError_t emGetKernelOffset(ptrdiff_t* offset) {
 
 emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
                          void* const* buffers, size_t num_buffers) {
+  clear_detail();
   if (fn == nullptr || (buffers == nullptr && num_buffers > 0)) {
     return emErrorInvalidValue;
   }
@@ -644,15 +1076,25 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
     return emSuccess;
   });
   if (status != emSuccess) return status;
+  const int device = current_device;
+  Stream* stream = current_stream_of(device);
   // No lock is held while fn runs, so fn may call back into the driver
   // (including emFree of its own buffers: `allocs` keeps them usable).
+  std::optional<HostWork> work;
+  const emError_t ordered = translate_exceptions([&] {
+    work.emplace(stream, stream); // in order on the current stream
+    return emSuccess;
+  });
+  if (ordered != emSuccess) return ordered;
   {
     KernelScope scope;
     fn(arg);
   }
+  work.reset(); // the stream's later work may start
   allocs.clear();
-  emEvent event = make_event(emEventKernelLaunch, current_device, 0, nullptr);
+  emEvent event = make_event(emEventKernelLaunch, device, 0, nullptr);
   event.num_buffers = num_buffers;
+  event.stream = stream->id;
   notify(event);
   return emSuccess;
 }
@@ -681,36 +1123,307 @@ emError_t emSetEventCallback(emEventCallback callback, void* user) {
   return emSuccess;
 }
 
-// Streams and sync events: declared, not implemented yet (stubs).
-emError_t emStreamCreate(int, emStream_t*) { return emErrorInvalidValue; }
-emError_t emStreamQuery(int, emStream_t) { return emErrorInvalidValue; }
-emError_t emStreamSynchronize(int, emStream_t) { return emErrorInvalidValue; }
-emError_t emGetStream(int, emStream_t*) { return emErrorInvalidValue; }
-emError_t emSetStream(int, emStream_t) { return emErrorInvalidValue; }
-emError_t emMemcpyAsync(void*, const void*, size_t, emMemcpyKind, int,
-                        emStream_t) {
-  return emErrorInvalidValue;
+// Streams and sync events.
+
+emError_t emStreamCreate(int device, emStream_t* stream) {
+  clear_detail();
+  if (!valid_device(device)) return invalid_device(device);
+  if (stream == nullptr) return emErrorInvalidValue;
+  return translate_exceptions([&] {
+    Scheduler& sc = scheduler();
+    std::lock_guard<std::mutex> lock(sc.mutex);
+    std::vector<Stream*>& list = sc.streams[device];
+    if (list.size() > kMaxStreamsPerDevice) {
+      return fail(emErrorMemoryAllocation,
+                  "ember device %d already has %zu streams (the most a "
+                  "device can have)",
+                  device, kMaxStreamsPerDevice);
+    }
+    auto created = std::make_unique<Stream>(device, sc.next_stream);
+    list.reserve(list.size() + 1);
+    sc.by_id.emplace(created->id, created.get());
+    list.push_back(created.release()); // never destroyed: see Scheduler
+    *stream = sc.next_stream++;
+    return emSuccess;
+  });
 }
-emError_t emSleepAsync(uint64_t, int, emStream_t) {
-  return emErrorInvalidValue;
+
+emError_t emStreamQuery(int device, emStream_t stream) {
+  clear_detail();
+  std::unique_lock<std::mutex> lock = lock_scheduler();
+  Stream* s = nullptr;
+  const emError_t status = find_stream(device, stream, &s);
+  if (status != emSuccess) return status;
+  return s->idle() ? emSuccess : emErrorNotReady;
 }
-emError_t emSyncEventCreate(int, emSyncEvent_t*, unsigned int) {
-  return emErrorInvalidValue;
+
+emError_t emStreamSynchronize(int device, emStream_t stream) {
+  clear_detail();
+  return translate_exceptions([&] {
+    Scheduler& sc = scheduler();
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    Stream* s = nullptr;
+    const emError_t status = find_stream(device, stream, &s);
+    if (status != emSuccess) return status;
+    const uint64_t target = s->enqueued;
+    if (s->done >= target) return emSuccess;
+    if (kernel_depth > 0) return no_wait_in_kernel("emStreamSynchronize");
+    sc.progress.wait(lock, [&] { return s->done >= target; });
+    return emSuccess;
+  });
 }
-emError_t emSyncEventDestroy(emSyncEvent_t) { return emErrorInvalidValue; }
-emError_t emSyncEventRecord(emSyncEvent_t, int, emStream_t) {
-  return emErrorInvalidValue;
+
+emError_t emGetStream(int device, emStream_t* stream) {
+  clear_detail();
+  if (!valid_device(device)) return invalid_device(device);
+  if (stream == nullptr) return emErrorInvalidValue;
+  Stream* s = current_streams[device];
+  *stream = s != nullptr ? s->id : 0;
+  return emSuccess;
 }
-emError_t emSyncEventQuery(emSyncEvent_t) { return emErrorInvalidValue; }
-emError_t emSyncEventSynchronize(emSyncEvent_t) { return emErrorInvalidValue; }
-emError_t emStreamWaitSyncEvent(int, emStream_t, emSyncEvent_t) {
-  return emErrorInvalidValue;
+
+emError_t emSetStream(int device, emStream_t stream) {
+  clear_detail();
+  std::unique_lock<std::mutex> lock = lock_scheduler();
+  Stream* s = nullptr;
+  const emError_t status = find_stream(device, stream, &s);
+  if (status != emSuccess) return status;
+  current_streams[device] = s;
+  return emSuccess;
 }
-emError_t emSyncEventElapsedTime(float*, emSyncEvent_t, emSyncEvent_t) {
-  return emErrorInvalidValue;
+
+emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
+                        emMemcpyKind kind, int device, emStream_t stream) {
+  clear_detail();
+  std::vector<AllocationPtr> allocs;
+  emError_t status = check_copy(dst, src, count, kind, allocs);
+  if (status != emSuccess) return status;
+  emEvent event{};
+  status = translate_exceptions([&] {
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    Stream* s = nullptr;
+    const emError_t found = find_stream(device, stream, &s);
+    if (found != emSuccess || count == 0) return found;
+    event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
+    event.memcpy_kind = kind;
+    if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
+    event.stream = stream;
+    event.async = 1;
+    Op op;
+    op.kind = Op::kCopy;
+    op.to = copy_target(dst, kind);
+    op.from = copy_source(src, kind);
+    op.count = count;
+    op.allocs = std::move(allocs);
+    enqueue(s, std::move(op));
+    return emSuccess;
+  });
+  if (status == emSuccess && count > 0) notify(event);
+  return status;
 }
-emError_t emSetEventKindEnabled(emEventKind, int) {
-  return emErrorInvalidValue;
+
+emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream) {
+  clear_detail();
+  const emError_t status = translate_exceptions([&] {
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    Stream* s = nullptr;
+    const emError_t found = find_stream(device, stream, &s);
+    if (found != emSuccess) return found;
+    Op op;
+    op.kind = Op::kSleep;
+    op.microseconds = microseconds;
+    enqueue(s, std::move(op));
+    return emSuccess;
+  });
+  if (status == emSuccess && kind_enabled(emEventSleep)) {
+    emEvent event = make_event(emEventSleep, device, 0, nullptr);
+    event.stream = stream;
+    event.async = 1;
+    event.microseconds = microseconds;
+    notify(event);
+  }
+  return status;
+}
+
+emError_t emSyncEventCreate(int device, emSyncEvent_t* event,
+                            unsigned int flags) {
+  clear_detail();
+  if (!valid_device(device)) return invalid_device(device);
+  if (event == nullptr) return emErrorInvalidValue;
+  if ((flags & ~static_cast<unsigned int>(emSyncEventDisableTiming)) != 0) {
+    return fail(emErrorInvalidValue, "unknown event flags 0x%x", flags);
+  }
+  return translate_exceptions([&] {
+    Scheduler& sc = scheduler();
+    std::lock_guard<std::mutex> lock(sc.mutex);
+    const emSyncEvent_t id = sc.next_event;
+    sc.events.emplace(id, std::make_shared<SyncEvent>(id, device, flags));
+    ++sc.next_event;
+    *event = id;
+    return emSuccess;
+  });
+}
+
+emError_t emSyncEventDestroy(emSyncEvent_t event) {
+  clear_detail();
+  SyncEventPtr doomed; // released after the lock
+  std::unique_lock<std::mutex> lock = lock_scheduler();
+  const emError_t status = find_event(event, &doomed);
+  if (status == emSuccess) scheduler().events.erase(event);
+  lock.unlock();
+  return status;
+}
+
+emError_t emSyncEventRecord(emSyncEvent_t event, int device,
+                            emStream_t stream) {
+  clear_detail();
+  const emError_t status = translate_exceptions([&] {
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    SyncEventPtr e;
+    Stream* s = nullptr;
+    emError_t found = find_event(event, &e);
+    if (found == emSuccess) found = find_stream(device, stream, &s);
+    if (found != emSuccess) return found;
+    if (e->device != device) {
+      return fail(emErrorInvalidValue,
+                  "event %lld belongs to ember device %d: it cannot be "
+                  "recorded on stream %lld of device %d",
+                  static_cast<long long>(event), e->device,
+                  static_cast<long long>(stream), device);
+    }
+    const uint64_t generation = ++e->recorded;
+    if (s->idle()) {
+      // Nothing ahead of it: the stream reaches the event now.
+      complete_record(*e, generation);
+      notify_progress();
+      return emSuccess;
+    }
+    Op op;
+    op.kind = Op::kRecord;
+    op.event = std::move(e);
+    op.generation = generation;
+    enqueue(s, std::move(op));
+    return emSuccess;
+  });
+  if (status == emSuccess && kind_enabled(emEventSyncEventRecord)) {
+    emEvent record = make_event(emEventSyncEventRecord, device, 0, nullptr);
+    record.stream = stream;
+    record.async = 1;
+    record.sync_event = event;
+    notify(record);
+  }
+  return status;
+}
+
+emError_t emSyncEventQuery(emSyncEvent_t event) {
+  clear_detail();
+  std::unique_lock<std::mutex> lock = lock_scheduler();
+  SyncEventPtr e;
+  const emError_t status = find_event(event, &e);
+  if (status != emSuccess) return status;
+  if (e->recorded == 0) return unrecorded(*e);
+  return e->completed >= e->recorded ? emSuccess : emErrorNotReady;
+}
+
+emError_t emSyncEventSynchronize(emSyncEvent_t event) {
+  clear_detail();
+  return translate_exceptions([&] {
+    Scheduler& sc = scheduler();
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    SyncEventPtr e;
+    const emError_t status = find_event(event, &e);
+    if (status != emSuccess) return status;
+    if (e->recorded == 0) return unrecorded(*e);
+    const uint64_t generation = e->recorded;
+    if (e->completed >= generation) return emSuccess;
+    if (kernel_depth > 0) return no_wait_in_kernel("emSyncEventSynchronize");
+    sc.progress.wait(lock, [&] { return e->completed >= generation; });
+    return emSuccess;
+  });
+}
+
+emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
+                                emSyncEvent_t event) {
+  clear_detail();
+  int event_device = -1;
+  const emError_t status = translate_exceptions([&] {
+    std::unique_lock<std::mutex> lock = lock_scheduler();
+    SyncEventPtr e;
+    Stream* s = nullptr;
+    emError_t found = find_stream(device, stream, &s);
+    if (found == emSuccess) found = find_event(event, &e);
+    if (found != emSuccess) return found;
+    if (e->recorded == 0) return unrecorded(*e);
+    event_device = e->device;
+    if (e->completed >= e->recorded) return emSuccess; // nothing to wait for
+    Op op;
+    op.kind = Op::kWait;
+    op.generation = e->recorded;
+    op.event = std::move(e);
+    enqueue(s, std::move(op));
+    return emSuccess;
+  });
+  if (status == emSuccess && kind_enabled(emEventStreamWaitSyncEvent)) {
+    emEvent wait = make_event(emEventStreamWaitSyncEvent, device, 0, nullptr);
+    wait.peer_device = event_device;
+    wait.stream = stream;
+    wait.async = 1;
+    wait.sync_event = event;
+    notify(wait);
+  }
+  return status;
+}
+
+emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
+                                 emSyncEvent_t end) {
+  clear_detail();
+  if (ms == nullptr) return emErrorInvalidValue;
+  std::unique_lock<std::mutex> lock = lock_scheduler();
+  SyncEventPtr a;
+  SyncEventPtr b;
+  emError_t status = find_event(start, &a);
+  if (status == emSuccess) status = find_event(end, &b);
+  if (status != emSuccess) return status;
+  for (const SyncEventPtr& e : {a, b}) {
+    if (!e->timing) {
+      return fail(emErrorInvalidValue,
+                  "event %lld was created with emSyncEventDisableTiming: it "
+                  "has no timestamp",
+                  static_cast<long long>(e->id));
+    }
+    if (e->recorded == 0) return unrecorded(*e);
+  }
+  if (a->device != b->device) {
+    return fail(emErrorInvalidValue,
+                "events %lld and %lld belong to different ember devices (%d "
+                "and %d)",
+                static_cast<long long>(start), static_cast<long long>(end),
+                a->device, b->device);
+  }
+  for (const SyncEventPtr& e : {a, b}) {
+    if (e->completed < e->recorded) {
+      return fail(emErrorNotReady,
+                  "event %lld has not completed its latest record",
+                  static_cast<long long>(e->id));
+    }
+  }
+  *ms = std::chrono::duration<float, std::milli>(b->time - a->time).count();
+  return emSuccess;
+}
+
+emError_t emSetEventKindEnabled(emEventKind kind, int enabled) {
+  clear_detail();
+  if (kind < emEventMalloc || kind > emEventStreamWaitSyncEvent) {
+    return fail(emErrorInvalidValue, "unknown event kind %d",
+                static_cast<int>(kind));
+  }
+  const uint32_t bit = 1u << kind;
+  if (enabled) {
+    enabled_kinds.fetch_or(bit);
+  } else {
+    enabled_kinds.fetch_and(~bit);
+  }
+  return emSuccess;
 }
 
 } // extern "C"
