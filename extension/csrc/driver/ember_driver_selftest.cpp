@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -459,11 +461,11 @@ void test_threads() {
 
 void test_error_strings() {
   for (emError_t e : {emSuccess, emErrorInvalidDevice, emErrorInvalidValue,
-                      emErrorMemoryAllocation}) {
+                      emErrorMemoryAllocation, emErrorNotReady}) {
     CHECK(std::strcmp(emGetErrorString(e), "unknown ember error") != 0);
   }
   // The "unknown ember error" fallback is for C callers: in C++ no value
-  // outside 0..3 can be formed in an emError_t without undefined behavior.
+  // outside 0..4 can be formed in an emError_t without undefined behavior.
 }
 
 struct Recorded {
@@ -551,6 +553,536 @@ void test_event_callback() {
   CHECK(seen.size() == 8);
 }
 
+
+// ---------------------------------------------------------------------------
+// Streams and sync events.
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool detail_has(emError_t error, const char* text) {
+  return std::strstr(emGetErrorDetail(error), text) != nullptr;
+}
+
+void test_stream_api_and_errors() {
+  emStream_t a = -1;
+  emStream_t b = -1;
+  emStream_t on_1 = -1;
+  CHECK_OK(emStreamCreate(0, &a));
+  CHECK_OK(emStreamCreate(0, &b));
+  CHECK_OK(emStreamCreate(1, &on_1));
+  CHECK(a > 0 && b > 0 && on_1 > 0 && a != b && b != on_1 && a != on_1);
+  CHECK_EM(emStreamCreate(0, nullptr), emErrorInvalidValue);
+
+  // Errors name what is wrong.
+  emStream_t s = -1;
+  CHECK_EM(emStreamCreate(2, &s), emErrorInvalidDevice);
+  CHECK(detail_has(emErrorInvalidDevice, "device index 2 is out of range"));
+  CHECK_EM(emStreamQuery(-1, 0), emErrorInvalidDevice);
+  CHECK_EM(emStreamSynchronize(0, 987654), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "stream 987654 does not exist"));
+  CHECK_EM(emSleepAsync(1, 0, on_1), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "belongs to ember device 1, not "
+                                        "device 0"));
+  CHECK(std::strcmp(emGetErrorDetail(emErrorInvalidDevice), "") == 0);
+  // A later failure without a detail does not show a stale one.
+  CHECK_EM(emFree(&s), emErrorInvalidValue);
+  CHECK(std::strcmp(emGetErrorDetail(emErrorInvalidValue), "") == 0);
+
+  // The current stream: per thread and device, 0 at first.
+  CHECK_OK(emGetStream(0, &s));
+  CHECK(s == 0);
+  CHECK_OK(emSetStream(0, a));
+  CHECK_OK(emSetStream(1, on_1));
+  CHECK_OK(emGetStream(0, &s));
+  CHECK(s == a);
+  CHECK_OK(emGetStream(1, &s));
+  CHECK(s == on_1);
+  CHECK_EM(emSetStream(0, on_1), emErrorInvalidValue); // another device's
+  CHECK_EM(emSetStream(3, 0), emErrorInvalidDevice);
+  CHECK_EM(emGetStream(2, &s), emErrorInvalidDevice);
+  CHECK_OK(emGetStream(0, &s));
+  CHECK(s == a); // a failed set changes nothing
+  int device = -1;
+  CHECK_OK(emGetDevice(&device));
+  CHECK(device == 0); // setting a stream does not set the device
+  emStream_t other = -1;
+  std::thread([&] { emGetStream(0, &other); }).join();
+  CHECK(other == 0);
+  CHECK_OK(emSetStream(0, 0));
+  CHECK_OK(emSetStream(1, 0));
+
+  // Idle streams: query says so, synchronize returns at once.
+  CHECK_OK(emStreamQuery(0, a));
+  CHECK_OK(emStreamSynchronize(0, 0));
+  CHECK_OK(emDeviceSynchronize(1));
+}
+
+// Asynchronous work returns before it is done; synchronize waits for it.
+void test_async_returns_before_completion() {
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  const double start = now_ms();
+  CHECK_OK(emSleepAsync(200000, 0, s));
+  const double queued = now_ms();
+  CHECK(queued - start < 100);
+  CHECK_EM(emStreamQuery(0, s), emErrorNotReady);
+  CHECK_OK(emStreamQuery(0, 0)); // other streams are not busy
+  CHECK_OK(emStreamSynchronize(0, s));
+  CHECK(now_ms() - start >= 199);
+  CHECK_OK(emStreamQuery(0, s));
+
+  // An async D2H copy has not landed when it returns.
+  const size_t n = 4096;
+  void* d = nullptr;
+  CHECK_OK(emMalloc(&d, n));
+  const std::vector<unsigned char> ones(n, 1);
+  CHECK_OK(emMemcpy(d, ones.data(), n, emMemcpyHostToDevice));
+  std::vector<unsigned char> host(n, 0);
+  CHECK_OK(emSleepAsync(100000, 0, s));
+  CHECK_OK(emMemcpyAsync(host.data(), d, n, emMemcpyDeviceToHost, 0, s));
+  CHECK(host[0] == 0 && host[n - 1] == 0);
+  CHECK_OK(emDeviceSynchronize(0));
+  CHECK(host[0] == 1 && host[n - 1] == 1);
+  // Arguments emMemcpy rejects are rejected, and nothing is queued.
+  CHECK_EM(emMemcpyAsync(host.data(), d, n + 1, emMemcpyDeviceToHost, 0, s),
+           emErrorInvalidValue);
+  CHECK_EM(emMemcpyAsync(d, host.data(), n, emMemcpyDeviceToHost, 0, s),
+           emErrorInvalidValue);
+  CHECK_EM(emMemcpyAsync(d, host.data(), n, emMemcpyHostToDevice, 5, s),
+           emErrorInvalidDevice);
+  CHECK_OK(emMemcpyAsync(d, host.data(), 0, emMemcpyHostToDevice, 0, s));
+  CHECK_OK(emStreamQuery(0, s));
+  CHECK_OK(emFree(d));
+}
+
+// A kernel that copies n bytes from `from` to `to` (device addresses).
+struct CopyKernelArgs {
+  const unsigned char* from;
+  unsigned char* to;
+  size_t n;
+};
+
+void copy_kernel(void* raw) {
+  auto* args = static_cast<CopyKernelArgs*>(raw);
+  ptrdiff_t offset = 0;
+  if (emGetKernelOffset(&offset) != emSuccess) return;
+  std::memcpy(args->to + offset, args->from + offset, args->n);
+}
+
+// Work on one stream runs in the order it was queued, and kernels and
+// synchronous copies take their place in the current stream's order.
+void test_stream_ordering() {
+  const size_t n = 2 * 4096 + 5;
+  std::vector<unsigned char> first(n), second(n), back(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    first[i] = static_cast<unsigned char>(i * 3);
+    second[i] = static_cast<unsigned char>(i * 5 + 1);
+  }
+  void* d = nullptr;
+  void* e = nullptr;
+  CHECK_OK(emMalloc(&d, n));
+  CHECK_OK(emMalloc(&e, n));
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+
+  // H2D, then D2D, then D2H, each after the one before.
+  CHECK_OK(emSleepAsync(50000, 0, s));
+  CHECK_OK(emMemcpyAsync(d, first.data(), n, emMemcpyHostToDevice, 0, s));
+  CHECK_OK(emMemcpyAsync(e, d, n, emMemcpyDeviceToDevice, 0, s));
+  CHECK_OK(emMemcpyAsync(d, second.data(), n, emMemcpyHostToDevice, 0, s));
+  CHECK_OK(emMemcpyAsync(back.data(), e, n, emMemcpyDeviceToHost, 0, s));
+  CHECK_OK(emStreamSynchronize(0, s));
+  CHECK(back == first);
+
+  // A launch on the current stream waits for the work queued before it.
+  CHECK_OK(emSetStream(0, s));
+  double start = now_ms();
+  CHECK_OK(emSleepAsync(100000, 0, s));
+  CHECK_OK(emMemcpyAsync(d, first.data(), n, emMemcpyHostToDevice, 0, s));
+  CopyKernelArgs args{static_cast<unsigned char*>(d),
+                      static_cast<unsigned char*>(e), n};
+  void* const buffers[] = {d, e};
+  CHECK_OK(emLaunchKernel(copy_kernel, &args, buffers, 2));
+  CHECK(now_ms() - start >= 99);
+  CHECK_OK(emStreamQuery(0, s));
+  CHECK_OK(emSetStream(0, 0));
+  std::fill(back.begin(), back.end(), 0);
+  CHECK_OK(emMemcpy(back.data(), e, n, emMemcpyDeviceToHost));
+  CHECK(back == first);
+
+  // So does a synchronous copy on the current stream of its device.
+  CHECK_OK(emSetStream(0, s));
+  CHECK_OK(emSleepAsync(50000, 0, s));
+  CHECK_OK(emMemcpyAsync(d, second.data(), n, emMemcpyHostToDevice, 0, s));
+  CHECK_OK(emMemcpy(back.data(), d, n, emMemcpyDeviceToHost));
+  CHECK(back == second);
+  CHECK_OK(emSetStream(0, 0));
+
+  CHECK_OK(emFree(d));
+  CHECK_OK(emFree(e));
+}
+
+// While a kernel runs, work another thread queues on its stream waits.
+struct HeldKernelArgs {
+  unsigned char* d;
+  std::atomic<int> phase{0}; // 1: kernel started, 2: other thread queued
+  unsigned char seen = 0;
+};
+
+void held_kernel(void* raw) {
+  auto* args = static_cast<HeldKernelArgs*>(raw);
+  ptrdiff_t offset = 0;
+  emGetKernelOffset(&offset);
+  args->phase = 1;
+  while (args->phase.load() != 2) std::this_thread::yield();
+  // Time enough for a worker that (wrongly) ran the copy to finish it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  args->seen = args->d[offset];
+}
+
+void test_kernel_holds_its_stream() {
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  void* d = nullptr;
+  CHECK_OK(emMalloc(&d, 64));
+  const unsigned char seven = 7;
+  HeldKernelArgs args;
+  args.d = static_cast<unsigned char*>(d);
+  std::thread other([&] {
+    while (args.phase.load() != 1) std::this_thread::yield();
+    emMemcpyAsync(d, &seven, 1, emMemcpyHostToDevice, 0, s);
+    args.phase = 2;
+  });
+  CHECK_OK(emSetStream(0, s));
+  void* const buffers[] = {d};
+  CHECK_OK(emLaunchKernel(held_kernel, &args, buffers, 1));
+  CHECK_OK(emSetStream(0, 0));
+  other.join();
+  CHECK(args.seen == 0); // the queued copy had not run
+  CHECK_OK(emStreamSynchronize(0, s));
+  unsigned char back = 0;
+  CHECK_OK(emMemcpy(&back, d, 1, emMemcpyDeviceToHost));
+  CHECK(back == 7);
+  CHECK_OK(emFree(d));
+}
+
+// Streams run concurrently: reading on one stream what another writes, with
+// no wait, sees the old data; waiting for an event fixes it.
+void test_cross_stream_wait() {
+  const size_t n = 4096;
+  void* d = nullptr;
+  CHECK_OK(emMalloc(&d, n)); // zeros
+  emStream_t writer = 0;
+  emStream_t reader = 0;
+  CHECK_OK(emStreamCreate(0, &writer));
+  CHECK_OK(emStreamCreate(0, &reader));
+  const std::vector<unsigned char> nines(n, 9);
+  std::vector<unsigned char> back(n, 1);
+
+  // The race: the reader does not wait for the writer's sleep.
+  CHECK_OK(emSleepAsync(300000, 0, writer));
+  CHECK_OK(emMemcpyAsync(d, nines.data(), n, emMemcpyHostToDevice, 0, writer));
+  CHECK_OK(emMemcpyAsync(back.data(), d, n, emMemcpyDeviceToHost, 0, reader));
+  CHECK_OK(emStreamSynchronize(0, reader));
+  CHECK(back[0] == 0); // old data
+  CHECK_EM(emStreamQuery(0, writer), emErrorNotReady);
+  CHECK_OK(emStreamSynchronize(0, writer));
+
+  // The fix: the reader waits for an event recorded after the write.
+  const std::vector<unsigned char> fives(n, 5);
+  emSyncEvent_t written = 0;
+  CHECK_OK(emSyncEventCreate(0, &written, emSyncEventDisableTiming));
+  CHECK_OK(emSleepAsync(200000, 0, writer));
+  CHECK_OK(emMemcpyAsync(d, fives.data(), n, emMemcpyHostToDevice, 0, writer));
+  CHECK_OK(emSyncEventRecord(written, 0, writer));
+  const double start = now_ms();
+  CHECK_OK(emStreamWaitSyncEvent(0, reader, written));
+  CHECK(now_ms() - start < 100); // the wait is queued, not done by the host
+  CHECK_OK(emMemcpyAsync(back.data(), d, n, emMemcpyDeviceToHost, 0, reader));
+  CHECK_EM(emSyncEventQuery(written), emErrorNotReady);
+  CHECK_OK(emStreamSynchronize(0, reader));
+  CHECK(back[0] == 5 && back[n - 1] == 5);
+  CHECK_OK(emSyncEventQuery(written));
+
+  // A stream of device 1 may wait for an event of device 0.
+  emSyncEvent_t e0 = 0;
+  CHECK_OK(emSyncEventCreate(0, &e0, emSyncEventDefault));
+  CHECK_OK(emSleepAsync(100000, 0, writer));
+  CHECK_OK(emSyncEventRecord(e0, 0, writer));
+  CHECK_OK(emStreamWaitSyncEvent(1, 0, e0));
+  CHECK_EM(emStreamQuery(1, 0), emErrorNotReady);
+  CHECK_OK(emDeviceSynchronize(1));
+  CHECK_OK(emSyncEventQuery(e0));
+
+  CHECK_OK(emSyncEventDestroy(written));
+  CHECK_OK(emSyncEventDestroy(e0));
+  CHECK_OK(emFree(d));
+}
+
+void test_sync_events() {
+  emSyncEvent_t start = 0;
+  emSyncEvent_t end = 0;
+  CHECK_OK(emSyncEventCreate(0, &start, emSyncEventDefault));
+  CHECK_OK(emSyncEventCreate(0, &end, emSyncEventDefault));
+  CHECK(start > 0 && end > 0 && start != end);
+  CHECK_EM(emSyncEventCreate(2, &start, 0), emErrorInvalidDevice);
+  CHECK_EM(emSyncEventCreate(0, &start, 8), emErrorInvalidValue);
+  CHECK_EM(emSyncEventCreate(0, nullptr, 0), emErrorInvalidValue);
+
+  // Never recorded: clear errors, no hang.
+  CHECK_EM(emSyncEventQuery(start), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "has never been recorded"));
+  CHECK_EM(emSyncEventSynchronize(start), emErrorInvalidValue);
+  CHECK_EM(emStreamWaitSyncEvent(0, 0, start), emErrorInvalidValue);
+  float ms = -1;
+  CHECK_EM(emSyncEventElapsedTime(&ms, start, end), emErrorInvalidValue);
+  CHECK(ms == -1);
+
+  // Timing a sleep: the timestamps are taken when the stream gets there.
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  CHECK_OK(emSyncEventRecord(start, 0, s)); // idle stream: done at once
+  CHECK_OK(emSyncEventQuery(start));
+  CHECK_OK(emSleepAsync(30000, 0, s));
+  CHECK_OK(emSyncEventRecord(end, 0, s));
+  CHECK_EM(emSyncEventQuery(end), emErrorNotReady);
+  CHECK_EM(emSyncEventElapsedTime(&ms, start, end), emErrorNotReady);
+  CHECK_OK(emSyncEventSynchronize(end));
+  CHECK_OK(emSyncEventQuery(end));
+  CHECK_OK(emSyncEventElapsedTime(&ms, start, end));
+  CHECK(ms >= 29.0f && ms < 10000.0f);
+  float back = 0;
+  CHECK_OK(emSyncEventElapsedTime(&back, end, start));
+  CHECK(back == -ms);
+
+  // Recording again re-arms the event.
+  CHECK_OK(emSleepAsync(50000, 0, s));
+  CHECK_OK(emSyncEventRecord(end, 0, s));
+  CHECK_EM(emSyncEventQuery(end), emErrorNotReady);
+  CHECK_OK(emSyncEventSynchronize(end));
+  float longer = 0;
+  CHECK_OK(emSyncEventElapsedTime(&longer, start, end));
+  CHECK(longer >= ms + 49.0f);
+
+  // Wrong device, no timing, unknown or destroyed events.
+  emStream_t on_1 = 0;
+  CHECK_OK(emStreamCreate(1, &on_1));
+  CHECK_EM(emSyncEventRecord(start, 1, on_1), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "belongs to ember device 0"));
+  CHECK_EM(emSyncEventRecord(start, 0, on_1), emErrorInvalidValue);
+  CHECK_EM(emSyncEventRecord(start, 9, 0), emErrorInvalidDevice);
+  emSyncEvent_t untimed = 0;
+  emSyncEvent_t other_device = 0;
+  CHECK_OK(emSyncEventCreate(0, &untimed, emSyncEventDisableTiming));
+  CHECK_OK(emSyncEventCreate(1, &other_device, emSyncEventDefault));
+  CHECK_OK(emSyncEventRecord(untimed, 0, 0));
+  CHECK_OK(emSyncEventRecord(other_device, 1, on_1));
+  CHECK_EM(emSyncEventElapsedTime(&ms, start, untimed), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "emSyncEventDisableTiming"));
+  CHECK_EM(emSyncEventElapsedTime(&ms, start, other_device),
+           emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "different ember devices"));
+  CHECK_EM(emSyncEventElapsedTime(nullptr, start, end), emErrorInvalidValue);
+  CHECK_EM(emSyncEventQuery(0), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "event 0 does not exist"));
+
+  // Destroying an event with a record still queued is fine.
+  CHECK_OK(emSleepAsync(20000, 0, s));
+  CHECK_OK(emSyncEventRecord(untimed, 0, s));
+  CHECK_OK(emSyncEventDestroy(untimed));
+  CHECK_EM(emSyncEventQuery(untimed), emErrorInvalidValue);
+  CHECK_EM(emSyncEventDestroy(untimed), emErrorInvalidValue);
+  CHECK_OK(emStreamSynchronize(0, s));
+  for (emSyncEvent_t e : {start, end, other_device}) {
+    CHECK_OK(emSyncEventDestroy(e));
+  }
+}
+
+// Device synchronize waits for every stream of the device, and only those.
+void test_device_synchronize() {
+  emStream_t a = 0;
+  emStream_t b = 0;
+  emStream_t c = 0;
+  CHECK_OK(emStreamCreate(0, &a));
+  CHECK_OK(emStreamCreate(0, &b));
+  CHECK_OK(emStreamCreate(1, &c));
+  const double start = now_ms();
+  CHECK_OK(emSleepAsync(200000, 0, a));
+  CHECK_OK(emSleepAsync(200000, 0, b)); // concurrently with a
+  CHECK_OK(emSleepAsync(150000, 0, 0));
+  CHECK_OK(emSleepAsync(1000000, 1, c));
+  CHECK_OK(emDeviceSynchronize(0));
+  const double took = now_ms() - start;
+  CHECK(took >= 199 && took < 900);
+  CHECK_OK(emStreamQuery(0, a));
+  CHECK_OK(emStreamQuery(0, b));
+  CHECK_OK(emStreamQuery(0, 0));
+  CHECK_EM(emStreamQuery(1, c), emErrorNotReady);
+  CHECK_OK(emDeviceSynchronize(1));
+  CHECK_OK(emStreamQuery(1, c));
+}
+
+// Memory freed while queued work uses it is not reused before that work ran.
+void test_free_with_queued_work() {
+  const size_t n = 2 * 4096;
+  void* d = nullptr;
+  CHECK_OK(emMalloc(&d, n));
+  const std::vector<unsigned char> threes(n, 3);
+  CHECK_OK(emMemcpy(d, threes.data(), n, emMemcpyHostToDevice));
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  std::vector<unsigned char> back(n, 0);
+  CHECK_OK(emSleepAsync(100000, 0, s));
+  CHECK_OK(emMemcpyAsync(back.data(), d, n, emMemcpyDeviceToHost, 0, s));
+  CHECK_OK(emFree(d));
+  void* q = nullptr;
+  CHECK_OK(emMalloc(&q, n));
+  CHECK(q != d); // d's range is still in use
+  const std::vector<unsigned char> zeros(n, 0);
+  CHECK_OK(emMemcpy(q, zeros.data(), n, emMemcpyHostToDevice));
+  CHECK_OK(emStreamSynchronize(0, s));
+  CHECK(back == threes);
+  void* again = nullptr;
+  CHECK_OK(emMalloc(&again, n));
+  CHECK(again == d); // returned once the copy ran
+  CHECK_OK(emFree(again));
+  CHECK_OK(emFree(q));
+}
+
+// Waiting for a busy stream inside a kernel is refused (it could never end).
+emError_t sync_in_kernel = emSuccess;
+emError_t idle_sync_in_kernel = emSuccess;
+emStream_t busy_stream = 0;
+
+void syncing_kernel(void*) {
+  idle_sync_in_kernel = emStreamSynchronize(0, 0);
+  emSleepAsync(50000, 0, busy_stream);
+  sync_in_kernel = emStreamSynchronize(0, busy_stream);
+}
+
+void test_wait_inside_kernel() {
+  CHECK_OK(emStreamCreate(0, &busy_stream));
+  CHECK_OK(emSetStream(0, busy_stream));
+  CHECK_OK(emLaunchKernel(syncing_kernel, nullptr, nullptr, 0));
+  CHECK_OK(emSetStream(0, 0));
+  CHECK(idle_sync_in_kernel == emSuccess);
+  CHECK(sync_in_kernel == emErrorInvalidValue);
+  CHECK_OK(emStreamSynchronize(0, busy_stream)); // the sleep ran after
+}
+
+// fork() waits for queued work, so the child sees its result; the child gets
+// workers of its own when it uses streams.
+void test_fork_with_streams() {
+  const size_t n = 4096;
+  void* p = nullptr;
+  CHECK_OK(emMalloc(&p, n));
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  const std::vector<unsigned char> eights(n, 8);
+  CHECK_OK(emSleepAsync(50000, 0, s));
+  CHECK_OK(emMemcpyAsync(p, eights.data(), n, emMemcpyHostToDevice, 0, s));
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<unsigned char> seen(n, 0);
+    bool ok = emStreamQuery(0, s) == emSuccess &&
+        emMemcpy(seen.data(), p, n, emMemcpyDeviceToHost) == emSuccess &&
+        seen == eights;
+    const std::vector<unsigned char> ones(n, 1);
+    ok = ok && emSleepAsync(10000, 0, s) == emSuccess &&
+        emMemcpyAsync(p, ones.data(), n, emMemcpyHostToDevice, 0, s) ==
+            emSuccess &&
+        emStreamSynchronize(0, s) == emSuccess &&
+        emMemcpy(seen.data(), p, n, emMemcpyDeviceToHost) == emSuccess &&
+        seen == ones;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<unsigned char> back(n);
+  CHECK_OK(emMemcpy(back.data(), p, n, emMemcpyDeviceToHost));
+  CHECK(back == eights); // the child's writes stay in the child
+  CHECK_OK(emFree(p));
+}
+
+void test_stream_trace_events() {
+  std::vector<Recorded> seen;
+  CHECK_OK(emSetEventCallback(record_event, &seen));
+  emStream_t s = 0;
+  CHECK_OK(emStreamCreate(0, &s));
+  void* d = nullptr;
+  CHECK_OK(emMalloc(&d, 64));
+  char host[64] = {};
+  emSyncEvent_t e = 0;
+  CHECK_OK(emSyncEventCreate(0, &e, emSyncEventDefault));
+
+  // Async copies are memcpy events, reported at enqueue; the stream kinds are
+  // off until enabled.
+  seen.clear();
+  CHECK_OK(emSleepAsync(100000, 0, s));
+  CHECK_OK(emMemcpyAsync(d, host, 64, emMemcpyHostToDevice, 0, s));
+  CHECK_OK(emSyncEventRecord(e, 0, s));
+  CHECK(seen.size() == 1);
+  CHECK(seen[0].event.kind == emEventMemcpy && seen[0].event.async == 1);
+  CHECK(seen[0].event.stream == s && seen[0].event.bytes == 64);
+  CHECK(seen[0].thread == std::this_thread::get_id());
+  CHECK_EM(emStreamQuery(0, s), emErrorNotReady); // reported before it ran
+
+  for (emEventKind k : {emEventSleep, emEventSyncEventRecord,
+                        emEventStreamWaitSyncEvent}) {
+    CHECK_OK(emSetEventKindEnabled(k, 1));
+  }
+  CHECK_EM(emSetEventKindEnabled(static_cast<emEventKind>(7), 1),
+           emErrorInvalidValue);
+  seen.clear();
+  CHECK_OK(emSleepAsync(1000, 0, s));
+  CHECK_OK(emSyncEventRecord(e, 0, s));
+  CHECK_OK(emStreamWaitSyncEvent(1, 0, e));
+  CHECK(seen.size() == 3);
+  CHECK(seen[0].event.kind == emEventSleep && seen[0].event.async == 1);
+  CHECK(seen[0].event.microseconds == 1000 && seen[0].event.stream == s);
+  CHECK(seen[1].event.kind == emEventSyncEventRecord);
+  CHECK(seen[1].event.sync_event == e && seen[1].event.device == 0);
+  CHECK(seen[2].event.kind == emEventStreamWaitSyncEvent);
+  CHECK(seen[2].event.device == 1 && seen[2].event.peer_device == 0);
+  CHECK(seen[2].event.sync_event == e && seen[2].event.stream == 0);
+
+  // A launch and a synchronous copy report the stream they ran on.
+  seen.clear();
+  CHECK_OK(emSetStream(0, s));
+  void* const buffers[] = {d};
+  CHECK_OK(emLaunchKernel([](void*) {}, nullptr, buffers, 1));
+  CHECK_OK(emMemcpy(host, d, 8, emMemcpyDeviceToHost));
+  CHECK_OK(emSetStream(0, 0));
+  CHECK(seen.size() == 2);
+  CHECK(seen[0].event.kind == emEventKernelLaunch && seen[0].event.stream == s);
+  CHECK(seen[1].event.kind == emEventMemcpy && seen[1].event.async == 0);
+  CHECK(seen[1].event.stream == s);
+
+  // Turned off again, kinds are not reported; that includes the old ones.
+  for (emEventKind k : {emEventSleep, emEventSyncEventRecord,
+                        emEventStreamWaitSyncEvent, emEventMalloc}) {
+    CHECK_OK(emSetEventKindEnabled(k, 0));
+  }
+  seen.clear();
+  void* x = nullptr;
+  CHECK_OK(emMalloc(&x, 8));
+  CHECK_OK(emSleepAsync(1, 0, s));
+  CHECK(seen.empty());
+  CHECK_OK(emSetEventKindEnabled(emEventMalloc, 1));
+  CHECK_OK(emFree(x));
+  CHECK(seen.size() == 1 && seen[0].event.kind == emEventFree);
+  CHECK_OK(emSetEventCallback(nullptr, nullptr));
+  CHECK_OK(emDeviceSynchronize(0));
+  CHECK_OK(emDeviceSynchronize(1));
+  CHECK_OK(emSyncEventDestroy(e));
+  CHECK_OK(emFree(d));
+}
+
 } // namespace
 
 // argv[1]: the per-device capacity the driver should have (bytes); default
@@ -571,6 +1103,17 @@ int main(int argc, char** argv) {
   test_threads();
   test_error_strings();
   test_event_callback();
+  test_stream_api_and_errors();
+  test_async_returns_before_completion();
+  test_stream_ordering();
+  test_kernel_holds_its_stream();
+  test_cross_stream_wait();
+  test_sync_events();
+  test_device_synchronize();
+  test_free_with_queued_work();
+  test_wait_inside_kernel();
+  test_fork_with_streams();
+  test_stream_trace_events();
   for (int d = 0; d < 2; ++d) {
     CHECK(stats_of(d).live_allocations == 0); // nothing leaked
   }
