@@ -3,6 +3,9 @@
 Builds driver_bench.cpp with the driver's source into a temporary directory and runs it:
 the old design's mprotect pair on a populated 4 MiB region against the launch cost now,
 a 1M-float add on the host and as an ember kernel, and 64 MiB copies against a host memcpy.
+Then driver_stream_bench.cpp: launch overhead on the default stream and on a created one,
+event record + synchronize (on an idle stream, and through a stream's worker thread), the cost
+of queueing, and the event timing of a 1 ms sleep.
 Then, for the issue's reference point, PyTorch's own CPU add of 1M float32 elements.
 Numbers are medians on this machine, printed, never asserted.
 """
@@ -20,10 +23,11 @@ HERE = Path(__file__).resolve().parent
 DRIVER = HERE.parent / "csrc" / "driver"
 
 
-def run_driver_bench() -> str:
+def run_driver_bench(bench: str = "driver_bench") -> str:
+    """Builds HERE/<bench>.cpp with the driver's source and returns what it prints."""
     with tempfile.TemporaryDirectory() as tmp:
-        program = Path(tmp) / "driver_bench"
-        sources = [HERE / "driver_bench.cpp", DRIVER / "ember_driver.cpp"]
+        program = Path(tmp) / bench
+        sources = [HERE / f"{bench}.cpp", DRIVER / "ember_driver.cpp"]
         subprocess.run(
             ["c++", "-std=c++17", "-O3", "-pthread", f"-I{DRIVER}", *map(str, sources), "-o", str(program)],
             check=True,
@@ -62,6 +66,8 @@ def main() -> None:
         pair = next(line for line in report.splitlines() if line.startswith("old design: mprotect pair"))
         pair_us = float(pair.split()[-2])
         print(f"one mprotect pair costs {pair_us / add:.1f}x a 1-thread torch.add of 1M float32")
+    print("streams and sync events:")
+    print(run_driver_bench("driver_stream_bench"), end="")
     sys.stdout.flush()
 
 
