@@ -104,7 +104,9 @@ int main() {
         emSyncEventSynchronize(untimed);
       },
       15, 200);
-  const double query = median_us([&] { emStreamQuery(0, side); }, 15, 2000);
+  int idle = 0;
+  const double query =
+      median_us([&] { emStreamQuery(0, side, &idle); }, 15, 2000);
   // Queueing alone: sleeps of 0 us, drained between batches.
   const double enqueue = median_us(
       [&] {

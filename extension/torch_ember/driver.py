@@ -18,9 +18,8 @@ import ctypes
 import os
 from pathlib import Path
 
-__all__ = ["DISABLE_TIMING", "NOT_READY", "Driver", "MemStats"]
+__all__ = ["DISABLE_TIMING", "Driver", "MemStats"]
 
-NOT_READY = 4  # emErrorNotReady: what a query returns while work is pending
 DISABLE_TIMING = 1  # emSyncEventDisableTiming
 
 
@@ -52,7 +51,7 @@ _SIGNATURES: dict[str, list[type]] = {
     "emMemResetPeak": [ctypes.c_int],
     # Streams: (device, id).
     "emStreamCreate": [ctypes.c_int, _I64_P],
-    "emStreamQuery": [ctypes.c_int, _I64],
+    "emStreamQuery": [ctypes.c_int, _I64, _INT_P],
     "emStreamSynchronize": [ctypes.c_int, _I64],
     "emGetStream": [ctypes.c_int, _I64_P],
     "emSetStream": [ctypes.c_int, _I64],
@@ -62,7 +61,7 @@ _SIGNATURES: dict[str, list[type]] = {
     "emSyncEventCreate": [ctypes.c_int, _I64_P, ctypes.c_uint],
     "emSyncEventDestroy": [_I64],
     "emSyncEventRecord": [_I64, ctypes.c_int, _I64],
-    "emSyncEventQuery": [_I64],
+    "emSyncEventQuery": [_I64, _INT_P],
     "emSyncEventSynchronize": [_I64],
     "emStreamWaitSyncEvent": [ctypes.c_int, _I64, _I64],
     "emSyncEventElapsedTime": [ctypes.POINTER(ctypes.c_float), _I64, _I64],
@@ -123,7 +122,11 @@ class Driver:
 
     def stream_query(self, device: int, stream: int) -> bool:
         """True if everything queued on the stream has finished."""
-        return self._ready(self.lib.emStreamQuery(device, stream), f"emStreamQuery({device}, {stream})")
+        idle = ctypes.c_int(0)
+        self.check(
+            self.lib.emStreamQuery(device, stream, ctypes.byref(idle)), f"emStreamQuery({device}, {stream})"
+        )
+        return bool(idle.value)
 
     def stream_synchronize(self, device: int, stream: int) -> None:
         self.check(self.lib.emStreamSynchronize(device, stream), f"emStreamSynchronize({device}, {stream})")
@@ -173,7 +176,9 @@ class Driver:
 
     def event_query(self, event: int) -> bool:
         """True if the event's latest record has completed (raises if it was never recorded)."""
-        return self._ready(self.lib.emSyncEventQuery(event), f"emSyncEventQuery({event})")
+        done = ctypes.c_int(0)
+        self.check(self.lib.emSyncEventQuery(event, ctypes.byref(done)), f"emSyncEventQuery({event})")
+        return bool(done.value)
 
     def event_synchronize(self, event: int) -> None:
         self.check(self.lib.emSyncEventSynchronize(event), f"emSyncEventSynchronize({event})")
@@ -192,9 +197,3 @@ class Driver:
             f"emSyncEventElapsedTime({start}, {end})",
         )
         return ms.value
-
-    def _ready(self, error: int, call: str) -> bool:
-        if error == NOT_READY:
-            return False
-        self.check(error, call)
-        return True

@@ -887,8 +887,6 @@ const char* emGetErrorString(emError_t error) {
       return "invalid argument";
     case emErrorMemoryAllocation:
       return "out of memory";
-    case emErrorNotReady:
-      return "device not ready";
   }
   return "unknown ember error";
 }
@@ -1148,13 +1146,15 @@ emError_t emStreamCreate(int device, emStream_t* stream) {
   });
 }
 
-emError_t emStreamQuery(int device, emStream_t stream) {
+emError_t emStreamQuery(int device, emStream_t stream, int* idle) {
   clear_detail();
+  if (idle == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   Stream* s = nullptr;
   const emError_t status = find_stream(device, stream, &s);
   if (status != emSuccess) return status;
-  return s->idle() ? emSuccess : emErrorNotReady;
+  *idle = s->idle() ? 1 : 0;
+  return emSuccess;
 }
 
 emError_t emStreamSynchronize(int device, emStream_t stream) {
@@ -1315,14 +1315,16 @@ emError_t emSyncEventRecord(emSyncEvent_t event, int device,
   return status;
 }
 
-emError_t emSyncEventQuery(emSyncEvent_t event) {
+emError_t emSyncEventQuery(emSyncEvent_t event, int* done) {
   clear_detail();
+  if (done == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   SyncEventPtr e;
   const emError_t status = find_event(event, &e);
   if (status != emSuccess) return status;
   if (e->recorded == 0) return unrecorded(*e);
-  return e->completed >= e->recorded ? emSuccess : emErrorNotReady;
+  *done = e->completed >= e->recorded ? 1 : 0;
+  return emSuccess;
 }
 
 emError_t emSyncEventSynchronize(emSyncEvent_t event) {
@@ -1402,8 +1404,8 @@ emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
   }
   for (const SyncEventPtr& e : {a, b}) {
     if (e->completed < e->recorded) {
-      return fail(emErrorNotReady,
-                  "event %lld has not completed its latest record",
+      return fail(emErrorInvalidValue,
+                  "event %lld has not completed its latest record yet",
                   static_cast<long long>(e->id));
     }
   }

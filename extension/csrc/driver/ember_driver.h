@@ -9,8 +9,9 @@
 // offset that only the driver's copies and kernels use (emGetKernelOffset):
 // kernels run at full speed, and no protection changes per call.
 //
-// Work is ordered on streams (in-order queues, one worker thread each, started
-// when the stream first gets asynchronous work): see "Streams" below.
+// Work is ordered on streams (in-order queues, each run by a worker thread,
+// started when the stream first gets asynchronous work): see "Streams" at the
+// end of this file.
 #pragma once
 
 #include <stddef.h>
@@ -24,10 +25,7 @@ typedef enum emError {
   emSuccess = 0,
   emErrorInvalidDevice = 1,   // device index out of range
   emErrorInvalidValue = 2,    // null pointer, unknown pointer, bad size
-  emErrorMemoryAllocation = 3, // the device (or the host mapping) is full
-  // Not a failure: emStreamQuery / emSyncEventQuery say the work they ask
-  // about has not finished yet (emSuccess: it has).
-  emErrorNotReady = 4
+  emErrorMemoryAllocation = 3 // the device (or the host mapping) is full
 } emError_t;
 
 typedef enum emMemcpyKind {
@@ -48,9 +46,7 @@ typedef struct emMemStats {
 const char* emGetErrorString(emError_t error);
 // What exactly was wrong in this thread's latest failed call that returned
 // `error` ("" if the driver has nothing to add): for emErrorInvalidDevice, the
-// index and the valid range; for the stream and event calls, which stream or
-// event and what is wrong with it ("stream 5 belongs to device 1, not device
-// 0", "event 3 has never been recorded", ...).
+// index and the valid range.
 const char* emGetErrorDetail(emError_t error);
 
 // Devices. The simulated machine has two ember devices, 0 and 1. The current
@@ -58,8 +54,7 @@ const char* emGetErrorDetail(emError_t error);
 emError_t emGetDeviceCount(int* count);
 emError_t emGetDevice(int* device);
 emError_t emSetDevice(int device);
-// Waits until all work issued to `device` has finished: everything queued on
-// any of its streams (by any host thread) before the call.
+// Waits until all work issued to `device` has finished.
 emError_t emDeviceSynchronize(int device);
 
 // Memory. emMalloc allocates on the current device (page-aligned; size 0
@@ -73,23 +68,13 @@ emError_t emFree(void* ptr);
 emError_t emPointerGetDevice(const void* ptr, int* device);
 
 // Copies between host and device memory, or between two device buffers (on
-// the same or different devices). Synchronous, and ordered like a kernel on
-// the calling thread's current stream of each device it touches (H2D: the
-// destination's device, D2H: the source's, D2D: both): it first waits for the
-// work queued there before it, and work queued there later waits for it. The
-// copy itself runs on the calling thread.
+// the same or different devices). Synchronous.
 emError_t emMemcpy(void* dst, const void* src, size_t count, emMemcpyKind kind);
 
 // Runs fn(arg) "on the device": this is how kernels execute. `buffers` lists
 // every allocation fn touches (interior pointers and nullptr are fine); their
 // memory is not reused before fn returns, even if freed. fn reaches device
 // address p at (char*)p + emGetKernelOffset's offset: p itself faults.
-// fn runs on the calling thread and has finished when this returns, but in
-// stream order: on the current device's current stream (emGetStream), the
-// launch first waits until the work queued on that stream before it has
-// finished, and the stream's worker starts nothing queued later until fn has
-// returned. A launch (or emMemcpy) from inside a kernel runs at once: the
-// enclosing launch has already waited.
 emError_t emLaunchKernel(
     void (*fn)(void* arg),
     void* arg,
@@ -104,107 +89,6 @@ emError_t emGetKernelOffset(ptrdiff_t* offset);
 emError_t emMemGetStats(int device, emMemStats* stats);
 emError_t emMemResetPeak(int device);
 
-// ---------------------------------------------------------------------------
-// Streams. A stream is an in-order queue of device work on one device, named
-// by the pair (device, id): id 0 is the device's default stream (it always
-// exists), other ids come from emStreamCreate, are unique in the process
-// (never reused) and belong to the device they were created on. Streams live
-// as long as the process (there is no destroy, as with PyTorch's stream
-// pools). Each stream's queue is run by its own worker thread, asynchronously
-// to the host: different streams run concurrently, and only events
-// (emStreamWaitSyncEvent) or the host (synchronize) order one against another.
-// A worker starts when its stream first gets asynchronous work and blocks on
-// a condition variable when idle (it never spins).
-//
-// Every call taking (device, stream) fails with emErrorInvalidDevice for a bad
-// device, and with emErrorInvalidValue for an id that no emStreamCreate
-// returned ("stream 9 does not exist") or that belongs to another device
-// ("stream 5 belongs to device 1, not device 0"); emGetErrorDetail says which.
-//
-// Waiting calls (synchronize of a stream, an event or a device) fail with
-// emErrorInvalidValue when made inside a kernel: the kernel's own stream
-// cannot finish before the kernel does.
-//
-// fork(): the parent first waits until every stream's queued work is done
-// (work held back by a kernel running on the forking thread excepted), so the
-// child's copy of device memory is consistent. The child starts with no
-// worker threads; one starts when the child first queues work on a stream.
-// ---------------------------------------------------------------------------
-typedef int64_t emStream_t;
-
-// Creates a stream on `device`; *stream gets its id (> 0).
-emError_t emStreamCreate(int device, emStream_t* stream);
-// emSuccess if everything queued on the stream has finished (and no kernel
-// runs on it), emErrorNotReady if not. Does not wait.
-emError_t emStreamQuery(int device, emStream_t stream);
-// Waits until everything queued on the stream before the call has finished.
-emError_t emStreamSynchronize(int device, emStream_t stream);
-
-// The current stream, per host thread and device (like the current device):
-// where emLaunchKernel and emMemcpy run. A new thread starts with stream 0 on
-// every device. Setting it does not change the current device.
-emError_t emGetStream(int device, emStream_t* stream);
-emError_t emSetStream(int device, emStream_t stream);
-
-// Asynchronous work: queued on (device, stream), returns at once; the
-// stream's worker does it after the stream's earlier work. Returns
-// emErrorInvalidValue (nothing queued) for arguments emMemcpy would reject.
-//
-// emMemcpyAsync: emMemcpy's copy, on a stream of any device. Device memory
-// freed before the copy runs is not reused until it has run (as for
-// kernels). Host memory is read (H2D) or written (D2H) when the copy runs:
-// it must stay valid, and unchanged or unread, until then (a synchronize or
-// an event says when), as with pinned memory on a real device.
-emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
-                        emMemcpyKind kind, int device, emStream_t stream);
-// Keeps the stream busy for `microseconds` (like torch.cuda._sleep): later
-// work on it waits that long. The simulated device does not burn a host
-// core for it (its worker sleeps). What makes races and timing observable.
-emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream);
-
-// ---------------------------------------------------------------------------
-// Sync events (named so to stay apart from emEvent, the trace callback's
-// record below): markers recorded into a stream. An event belongs to the
-// device it was created on and is named by a process-unique id (> 0, never
-// reused; 0 is never an event). Calls on an id that emSyncEventCreate never
-// returned, or that was destroyed, fail with emErrorInvalidValue.
-// ---------------------------------------------------------------------------
-typedef int64_t emSyncEvent_t;
-
-typedef enum emSyncEventFlags {
-  emSyncEventDefault = 0,       // records a timestamp
-  emSyncEventDisableTiming = 1  // no timestamp: emSyncEventElapsedTime fails
-} emSyncEventFlags;
-
-emError_t emSyncEventCreate(int device, emSyncEvent_t* event,
-                            unsigned int flags);
-// Work already queued that refers to the event (a record, a wait) still
-// happens; only the id stops being valid.
-emError_t emSyncEventDestroy(emSyncEvent_t event);
-// Queues the event on (device, stream), which must be of the event's device
-// (emErrorInvalidValue otherwise). The event completes when the stream's
-// worker reaches it (at once if the stream is idle), and takes the time then.
-// Recording again re-arms it: query, synchronize, waits and elapsed time
-// refer to the latest record made before they are called.
-emError_t emSyncEventRecord(emSyncEvent_t event, int device, emStream_t stream);
-// emSuccess if the latest record has completed, emErrorNotReady if not.
-// Never recorded: emErrorInvalidValue ("event 3 has never been recorded").
-emError_t emSyncEventQuery(emSyncEvent_t event);
-// The host waits until the latest record has completed. Never recorded:
-// emErrorInvalidValue (no hang).
-emError_t emSyncEventSynchronize(emSyncEvent_t event);
-// Work queued on (device, stream) after this call waits until the event's
-// latest record (made before this call) has completed. The event may be of
-// another device. Never recorded: emErrorInvalidValue. Returns at once.
-emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
-                                emSyncEvent_t event);
-// *ms = end's timestamp - start's, in milliseconds (negative if end completed
-// first). Both must be of one device, have timing, and have completed their
-// latest records: emErrorNotReady if one is pending, emErrorInvalidValue if
-// one was never recorded, has no timing, or the devices differ.
-emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
-                                 emSyncEvent_t end);
-
 // Event callbacks: tools (the book's dispatch trace, a profiler) can watch
 // what the driver does. One callback per process; it is called on the thread
 // that made the driver call, after the work succeeded, and never while the
@@ -217,6 +101,11 @@ emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
 // Kinds 0..3 are reported from the start. The stream kinds (4 and up) are
 // reported only once a tool enables them (emSetEventKindEnabled), so that a
 // tool written before they existed never sees a kind it does not know.
+
+// Stream and sync event ids (the stream API is declared after this section).
+typedef int64_t emStream_t;
+typedef int64_t emSyncEvent_t;
+
 typedef enum emEventKind {
   emEventMalloc = 0,
   emEventFree = 1,
@@ -261,6 +150,118 @@ emError_t emSetEventCallback(emEventCallback callback, void* user);
 // Kinds 0..3 start on, the stream kinds off. An unknown kind:
 // emErrorInvalidValue.
 emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
+
+// ---------------------------------------------------------------------------
+// Streams. A stream is an in-order queue of device work on one device, named
+// by the pair (device, id): id 0 is the device's default stream (it always
+// exists), other ids come from emStreamCreate, are unique in the process
+// (never reused) and belong to the device they were created on. Streams live
+// as long as the process (there is no destroy, as with PyTorch's stream
+// pools). Each stream's queue is run by its own worker thread, asynchronously
+// to the host: different streams run concurrently, and only events
+// (emStreamWaitSyncEvent) or the host (synchronize) order one against another.
+// A worker starts when its stream first gets asynchronous work and blocks on
+// a condition variable when idle (it never spins).
+//
+// Kernels and synchronous copies keep their contracts (fn and the copy run on
+// the calling thread and are done when the call returns) but take their place
+// in stream order. emLaunchKernel runs on the current device's current stream
+// (emGetStream): it first waits until the work queued on that stream before
+// it has finished, and the stream's worker starts nothing queued later until
+// fn has returned. emMemcpy does the same on the current stream of each
+// device it touches (H2D: the destination's device, D2H: the source's, D2D:
+// both). A launch or copy from inside a kernel runs at once (the enclosing
+// launch has already waited). emDeviceSynchronize waits for everything queued
+// on any stream of the device before the call.
+//
+// Every call taking (device, stream) fails with emErrorInvalidDevice for a bad
+// device, and with emErrorInvalidValue for an id that no emStreamCreate
+// returned ("stream 9 does not exist") or that belongs to another device
+// ("stream 5 belongs to device 1, not device 0"); emGetErrorDetail says which
+// (for these calls it explains every emErrorInvalidValue it can).
+//
+// Waiting calls (synchronize of a stream, an event or a device) fail with
+// emErrorInvalidValue when made inside a kernel: the kernel's own stream
+// cannot finish before the kernel does.
+//
+// fork(): the parent first waits until every stream's queued work is done
+// (work held back by a kernel running on the forking thread excepted), so the
+// child's copy of device memory is consistent. The child starts with no
+// worker threads; one starts when the child first queues work on a stream.
+// ---------------------------------------------------------------------------
+
+// Creates a stream on `device`; *stream gets its id (> 0). At most 1024
+// streams per device (emErrorMemoryAllocation after that).
+emError_t emStreamCreate(int device, emStream_t* stream);
+// *idle = 1 if everything queued on the stream has finished and no kernel
+// runs on it, else 0. Does not wait.
+emError_t emStreamQuery(int device, emStream_t stream, int* idle);
+// Waits until everything queued on the stream before the call has finished.
+emError_t emStreamSynchronize(int device, emStream_t stream);
+
+// The current stream, per host thread and device (like the current device):
+// where emLaunchKernel and emMemcpy run. A new thread starts with stream 0 on
+// every device. Setting it does not change the current device.
+emError_t emGetStream(int device, emStream_t* stream);
+emError_t emSetStream(int device, emStream_t stream);
+
+// Asynchronous work: queued on (device, stream), returns at once; the
+// stream's worker does it after the stream's earlier work. Returns
+// emErrorInvalidValue (nothing queued) for arguments emMemcpy would reject.
+//
+// emMemcpyAsync: emMemcpy's copy, on a stream of any device. Device memory
+// freed before the copy runs is not reused until it has run (as for
+// kernels). Host memory is read (H2D) or written (D2H) when the copy runs:
+// it must stay valid, and unchanged or unread, until then (a synchronize or
+// an event says when), as with pinned memory on a real device.
+emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
+                        emMemcpyKind kind, int device, emStream_t stream);
+// Keeps the stream busy for `microseconds` (like torch.cuda._sleep): later
+// work on it waits that long. The simulated device does not burn a host
+// core for it (its worker sleeps). What makes races and timing observable.
+emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream);
+
+// ---------------------------------------------------------------------------
+// Sync events (named so to stay apart from emEvent, the trace callback's
+// record above): markers recorded into a stream. An event belongs to the
+// device it was created on and is named by a process-unique id (> 0, never
+// reused; 0 is never an event). Calls on an id that emSyncEventCreate never
+// returned, or that was destroyed, fail with emErrorInvalidValue.
+// ---------------------------------------------------------------------------
+
+typedef enum emSyncEventFlags {
+  emSyncEventDefault = 0,       // records a timestamp
+  emSyncEventDisableTiming = 1  // no timestamp: emSyncEventElapsedTime fails
+} emSyncEventFlags;
+
+emError_t emSyncEventCreate(int device, emSyncEvent_t* event,
+                            unsigned int flags);
+// Work already queued that refers to the event (a record, a wait) still
+// happens; only the id stops being valid.
+emError_t emSyncEventDestroy(emSyncEvent_t event);
+// Queues the event on (device, stream), which must be of the event's device
+// (emErrorInvalidValue otherwise). The event completes when the stream's
+// worker reaches it (at once if the stream is idle), and takes the time then.
+// Recording again re-arms it: query, synchronize, waits and elapsed time
+// refer to the latest record made before they are called.
+emError_t emSyncEventRecord(emSyncEvent_t event, int device, emStream_t stream);
+// *done = 1 if the latest record has completed, else 0. Does not wait.
+// Never recorded: emErrorInvalidValue ("event 3 has never been recorded").
+emError_t emSyncEventQuery(emSyncEvent_t event, int* done);
+// The host waits until the latest record has completed. Never recorded:
+// emErrorInvalidValue (no hang).
+emError_t emSyncEventSynchronize(emSyncEvent_t event);
+// Work queued on (device, stream) after this call waits until the event's
+// latest record (made before this call) has completed. The event may be of
+// another device. Never recorded: emErrorInvalidValue. Returns at once.
+emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
+                                emSyncEvent_t event);
+// *ms = end's timestamp - start's, in milliseconds (negative if end completed
+// first). Both must be of one device, have timing, and have completed their
+// latest records; emErrorInvalidValue, with the detail, if one was never
+// recorded, is still pending, has no timing, or the devices differ.
+emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
+                                 emSyncEvent_t end);
 
 #ifdef __cplusplus
 } // extern "C"
