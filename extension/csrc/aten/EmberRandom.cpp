@@ -1,0 +1,559 @@
+// ember's random kernels: uniform_, normal_, random_, exponential_,
+// bernoulli_, randperm, multinomial and dropout (native_dropout and its
+// backward), computed on the device from Philox counters that the generator
+// (EmberGenerator.cpp) reserves.
+#include <ATen/Parallel.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "driver/ember_driver.h"
+#include "aten/EmberRandom.h"
+#include "runtime/EmberCheck.h"
+
+// ember-book: begin philox
+namespace ember {
+
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+// 3", 2011): ten rounds of multiply-and-xor turn a 128-bit counter and a
+// 64-bit key into four random 32-bit words. The counter is (element index,
+// call offset), the key is the seed: any element of any call can be computed
+// alone, in any order, on any thread.
+struct Philox {
+  uint32_t word[4];
+};
+
+__attribute__((always_inline)) inline Philox philox(PhiloxSeed key,
+                                                    uint64_t index) {
+  uint32_t c0 = static_cast<uint32_t>(index), c1 = index >> 32;
+  uint32_t c2 = static_cast<uint32_t>(key.offset), c3 = key.offset >> 32;
+  uint32_t k0 = static_cast<uint32_t>(key.seed), k1 = key.seed >> 32;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = uint64_t{0xD2511F53} * c0;
+    const uint64_t p1 = uint64_t{0xCD9E8D57} * c2;
+    const uint32_t next0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const uint32_t next2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1);
+    c3 = static_cast<uint32_t>(p0);
+    c0 = next0;
+    c2 = next2;
+    k0 += 0x9E3779B9; // the key schedule: golden ratio and sqrt(3) - 1
+    k1 += 0xBB67AE85;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) from the top bits: 24 for float, 53 for double (so every
+// value is exactly representable and 1 is never reached).
+template <typename T>
+__attribute__((always_inline)) inline T uniform01(const Philox& r, int pair) {
+  if constexpr (sizeof(T) == 4) {
+    return static_cast<T>(r.word[pair * 2] >> 8) * 0x1p-24f;
+  } else {
+    const uint64_t bits =
+        (uint64_t{r.word[pair * 2]} << 32) | r.word[pair * 2 + 1];
+    return static_cast<T>(bits >> 11) * 0x1p-53;
+  }
+}
+
+__attribute__((always_inline)) inline uint64_t bits64(const Philox& r) {
+  return (uint64_t{r.word[0]} << 32) | r.word[1];
+}
+
+// Runs body(offset) as an ember kernel: `tensors` are the device buffers it
+// touches, and it reads and writes them at address + offset. An exception
+// thrown inside is carried out (a kernel must not throw through the C API).
+template <typename Body>
+void onDevice(std::initializer_list<const at::Tensor*> tensors, Body&& body) {
+  std::vector<void*> buffers;
+  for (const at::Tensor* tensor : tensors) {
+    buffers.push_back(tensor->data_ptr());
+  }
+  struct Launch {
+    Body* body;
+    std::exception_ptr error;
+    static void run(void* arg) {
+      auto* self = static_cast<Launch*>(arg);
+      try {
+        ptrdiff_t offset = 0;
+        EMBER_CHECK(emGetKernelOffset(&offset));
+        (*self->body)(offset);
+      } catch (...) {
+        self->error = std::current_exception();
+      }
+    }
+  };
+  Launch launch{&body, nullptr};
+  EMBER_CHECK(emLaunchKernel(&Launch::run, &launch, buffers.data(),
+                             buffers.size()));
+  if (launch.error) {
+    std::rethrow_exception(launch.error);
+  }
+}
+
+template <typename T>
+T* onDevicePtr(const at::Tensor& tensor, ptrdiff_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(tensor.data_ptr()) + offset);
+}
+
+} // namespace ember
+// ember-book: end philox
+
+// ember-book: begin random_fill
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// self[i] = draw(philox(key, i)) for every element, i in row-major order.
+// One counter per element per call (four 32-bit words are enough for every
+// distribution here), so the generator's offset advances by 1 per call. A
+// non-contiguous self gets its numbers through a contiguous temporary, so
+// the numbers do not depend on the strides.
+template <typename T, typename Draw>
+at::Tensor& randomFill(const char* op, at::Tensor& self,
+                       const std::optional<at::Generator>& generator,
+                       const Draw& draw) {
+  if (self.numel() == 0) {
+    return self;
+  }
+  const PhiloxSeed key = reserveRandom(op, generator, self, 1);
+  at::Tensor out = self.is_contiguous() ? self : at::empty(self.sizes(),
+                                                          self.options());
+  const int64_t n = out.numel();
+  onDevice({&out}, [&](ptrdiff_t offset) {
+    T* data = onDevicePtr<T>(out, offset);
+    at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        data[i] = draw(philox(key, i));
+      }
+    });
+  });
+  if (!out.is_same(self)) {
+    self.copy_(out);
+  }
+  return self;
+}
+
+[[noreturn]] void noRandomKernelFor(const char* op, const at::Tensor& self,
+                                    const char* supported) {
+  TORCH_CHECK(false, "ember: ", op, " has no ember kernel for ",
+              self.scalar_type(), " tensors on ", self.device(),
+              " (ember draws ", supported, ")");
+}
+
+// The floating dtypes every distribution is compiled for.
+template <typename F>
+at::Tensor& floatingRandom(const char* op, at::Tensor& self, F&& f) {
+  switch (self.scalar_type()) {
+    case at::kFloat: return f(float{});
+    case at::kDouble: return f(double{});
+    default: noRandomKernelFor(op, self, "Float and Double");
+  }
+}
+
+at::Tensor& uniform_(at::Tensor& self, double from, double to,
+                     std::optional<at::Generator> generator) {
+  TORCH_CHECK(from <= to && std::isfinite(to - from), "ember: uniform_ expects "
+              "from <= to with a finite range, got from=", from, " to=", to);
+  return floatingRandom("aten::uniform_", self, [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T low = from, width = to - from;
+    return randomFill<T>("aten::uniform_", self, generator,
+                         [=](const Philox& r) {
+                           // Rounding can reach `to` in float: keep [from, to).
+                           const T x = low + width * uniform01<T>(r, 0);
+                           return x < static_cast<T>(to) ? x : low;
+                         });
+  });
+}
+
+// Box-Muller: two uniforms give a standard normal. The first is taken in
+// (0, 1] so that its log is finite.
+at::Tensor& normal_(at::Tensor& self, double mean, double std,
+                    std::optional<at::Generator> generator) {
+  TORCH_CHECK(std >= 0.0, "ember: normal_ expects std >= 0.0, got ", std);
+  return floatingRandom("aten::normal_", self, [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T mu = mean, sigma = std;
+    return randomFill<T>("aten::normal_", self, generator,
+                         [=](const Philox& r) {
+                           const T u1 = T(1) - uniform01<T>(r, 0);
+                           const T u2 = uniform01<T>(r, 1);
+                           const T radius = std::sqrt(T(-2) * std::log(u1));
+                           return mu + sigma * radius *
+                               std::cos(T(2 * M_PI) * u2);
+                         });
+  });
+}
+
+// Inversion: -log(u) / lambda for u in (0, 1].
+at::Tensor& exponential_(at::Tensor& self, double lambd,
+                         std::optional<at::Generator> generator) {
+  TORCH_CHECK(lambd > 0.0, "ember: exponential_ expects lambd > 0.0, got ",
+              lambd);
+  return floatingRandom("aten::exponential_", self,
+                        [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T rate = lambd;
+    return randomFill<T>("aten::exponential_", self, generator,
+                         [=](const Philox& r) {
+                           return -std::log(T(1) - uniform01<T>(r, 0)) / rate;
+                         });
+  });
+}
+
+at::Tensor& bernoulliScalar_(at::Tensor& self, double p,
+                             std::optional<at::Generator> generator) {
+  TORCH_CHECK(p >= 0.0 && p <= 1.0, "ember: bernoulli_ expects 0 <= p <= 1, "
+              "got p=", p);
+  return floatingRandom("aten::bernoulli_.float", self,
+                        [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T prob = p;
+    return randomFill<T>("aten::bernoulli_.float", self, generator,
+                         [=](const Philox& r) {
+                           return uniform01<T>(r, 0) < prob ? T(1) : T(0);
+                         });
+  });
+}
+
+} // namespace ember
+#pragma GCC pop_options
+// ember-book: end random_fill
+
+// ember-book: begin random_integers
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// The largest integer a dtype's random_ may produce: every integer up to it
+// must be exactly representable (2^24 for float, 2^53 for double).
+int64_t randomMax(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return int64_t{1} << std::numeric_limits<float>::digits;
+    case at::kDouble: return int64_t{1} << std::numeric_limits<double>::digits;
+    default: return std::numeric_limits<int64_t>::max();
+  }
+}
+
+// Integers in [from, from + range), drawn as 64 random bits modulo the range
+// (the bias is below 2^-10 for any range a float can hold).
+at::Tensor& randomRange(const char* op, at::Tensor& self, int64_t from,
+                        uint64_t range, std::optional<at::Generator> generator) {
+  const auto fill = [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    return randomFill<T>(op, self, generator, [=](const Philox& r) {
+      return static_cast<T>(from + static_cast<int64_t>(bits64(r) % range));
+    });
+  };
+  switch (self.scalar_type()) {
+    case at::kFloat: return fill(float{});
+    case at::kDouble: return fill(double{});
+    case at::kLong: return fill(int64_t{});
+    default: noRandomKernelFor(op, self, "Float, Double and Long");
+  }
+}
+
+// random_(from, to): [from, to); without `to`, up to randomMax inclusive.
+at::Tensor& randomFrom_(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                        std::optional<at::Generator> generator) {
+  const int64_t max = randomMax(self.scalar_type());
+  const int64_t last = to.has_value() ? *to - 1 : max;
+  TORCH_CHECK(!to.has_value() || from < *to, "ember: random_ expects from < to, "
+              "got from=", from, " to=", *to);
+  TORCH_CHECK(from >= -max && last <= max, "ember: random_ on ",
+              self.scalar_type(), " draws integers in [", -max, ", ", max,
+              "], got from=", from, " to=", last + 1);
+  const uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1;
+  return randomRange("aten::random_.from", self, from, range, generator);
+}
+
+at::Tensor& randomTo_(at::Tensor& self, int64_t to,
+                      std::optional<at::Generator> generator) {
+  return randomFrom_(self, 0, to, generator);
+}
+
+at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> generator) {
+  return randomFrom_(self, 0, std::nullopt, generator);
+}
+
+} // namespace ember
+#pragma GCC pop_options
+// ember-book: end random_integers
+
+// ember-book: begin random_tensors
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// bernoulli_(p) with a tensor of probabilities, broadcast to self.
+at::Tensor& bernoulliTensor_(at::Tensor& self, const at::Tensor& p,
+                             std::optional<at::Generator> generator) {
+  const at::Tensor probs = p.to(self.device(), self.scalar_type())
+                               .expand(self.sizes())
+                               .contiguous();
+  return floatingRandom("aten::bernoulli_.Tensor", self,
+                        [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    if (self.numel() == 0) {
+      return self;
+    }
+    const PhiloxSeed key =
+        reserveRandom("aten::bernoulli_.Tensor", generator, self, 1);
+    at::Tensor out = self.is_contiguous() ? self
+                                          : at::empty(self.sizes(), self.options());
+    onDevice({&out, &probs}, [&](ptrdiff_t offset) {
+      T* data = onDevicePtr<T>(out, offset);
+      const T* prob = onDevicePtr<const T>(probs, offset);
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        TORCH_CHECK(prob[i] >= T(0) && prob[i] <= T(1), "ember: bernoulli_ "
+                    "expects probabilities in [0, 1], got ", prob[i]);
+        data[i] = uniform01<T>(philox(key, i), 0) < prob[i] ? T(1) : T(0);
+      }
+    });
+    if (!out.is_same(self)) {
+      self.copy_(out);
+    }
+    return self;
+  });
+}
+
+// A random permutation of 0..n-1: Fisher-Yates, step i drawing from counter i.
+at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
+                        at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "ember: randperm expects n >= 0, got ", n);
+  TORCH_CHECK(out.scalar_type() == at::kLong, "ember: aten::randperm has no "
+              "ember kernel for ", out.scalar_type(), " tensors on ",
+              out.device(), " (ember permutes Long)");
+  out.resize_({n});
+  if (n == 0) {
+    return out;
+  }
+  const PhiloxSeed key = reserveRandom("aten::randperm", generator, out, 1);
+  at::Tensor result = out.is_contiguous() ? out : at::empty({n}, out.options());
+  onDevice({&result}, [&](ptrdiff_t offset) {
+    int64_t* data = onDevicePtr<int64_t>(result, offset);
+    std::iota(data, data + n, int64_t{0});
+    for (int64_t i = n - 1; i > 0; --i) {
+      const auto j = static_cast<int64_t>(bits64(philox(key, i)) % (i + 1));
+      std::swap(data[i], data[j]);
+    }
+  });
+  if (!result.is_same(out)) {
+    out.copy_(result);
+  }
+  return out;
+}
+
+// One row of multinomial. With replacement: inverse CDF, sample s from
+// counter (row, s). Without: each category gets an exponential "arrival
+// time" E/w from counter (row, category), and the first num_samples to
+// arrive are the sample (weights 0 never arrive).
+template <typename T>
+void multinomialRow(const T* weights, int64_t categories, int64_t samples,
+                    bool replacement, PhiloxSeed key, uint64_t row,
+                    int64_t* out) {
+  double total = 0;
+  int64_t positive = 0;
+  std::vector<double> cumulative(categories);
+  for (int64_t c = 0; c < categories; ++c) {
+    TORCH_CHECK(std::isfinite(weights[c]) && weights[c] >= 0, "ember: "
+                "multinomial expects finite, non-negative weights, got ",
+                weights[c]);
+    total += weights[c];
+    positive += weights[c] > 0;
+    cumulative[c] = total;
+  }
+  TORCH_CHECK(total > 0, "ember: multinomial got a row of weights that sums "
+              "to 0");
+  if (replacement) {
+    for (int64_t s = 0; s < samples; ++s) {
+      const double u =
+          uniform01<double>(philox(key, row * samples + s), 0) * total;
+      const auto hit = std::upper_bound(cumulative.begin(), cumulative.end(), u);
+      out[s] = std::min<int64_t>(hit - cumulative.begin(), categories - 1);
+    }
+    return;
+  }
+  TORCH_CHECK(samples <= positive, "ember: multinomial without replacement "
+              "cannot draw ", samples, " samples from ", positive,
+              " categories of non-zero weight");
+  std::vector<double> arrival(categories);
+  for (int64_t c = 0; c < categories; ++c) {
+    const double u = 1.0 - uniform01<double>(philox(key, row * categories + c), 0);
+    arrival[c] = weights[c] > 0 ? -std::log(u) / weights[c]
+                                : std::numeric_limits<double>::infinity();
+  }
+  std::vector<int64_t> order(categories);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::partial_sort(order.begin(), order.begin() + samples, order.end(),
+                    [&](int64_t a, int64_t b) { return arrival[a] < arrival[b]; });
+  std::copy(order.begin(), order.begin() + samples, out);
+}
+
+at::Tensor& multinomialOut(const at::Tensor& self, int64_t samples,
+                           bool replacement,
+                           std::optional<at::Generator> generator,
+                           at::Tensor& out) {
+  TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "ember: multinomial expects "
+              "a 1-D or 2-D tensor of weights, got ", self.dim(), " dimensions");
+  TORCH_CHECK(samples > 0, "ember: multinomial expects num_samples > 0");
+  const int64_t categories = self.size(-1);
+  TORCH_CHECK(replacement || samples <= categories, "ember: multinomial "
+              "cannot draw ", samples, " samples from ", categories,
+              " categories without replacement");
+  const int64_t rows = self.dim() == 2 ? self.size(0) : 1;
+  TORCH_CHECK(out.scalar_type() == at::kLong && out.device() == self.device(),
+              "ember: multinomial writes Long indices on ", self.device(),
+              ", got an out tensor of ", out.scalar_type(), " on ", out.device());
+  if (self.dim() == 2) {
+    out.resize_({rows, samples});
+  } else {
+    out.resize_({samples});
+  }
+  const at::Tensor weights = self.contiguous();
+  at::Tensor result = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+  const auto run = [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const PhiloxSeed key = reserveRandom("aten::multinomial", generator, self, 1);
+    onDevice({&weights, &result}, [&](ptrdiff_t offset) {
+      const T* w = onDevicePtr<const T>(weights, offset);
+      int64_t* indices = onDevicePtr<int64_t>(result, offset);
+      for (int64_t r = 0; r < rows; ++r) {
+        multinomialRow(w + r * categories, categories, samples, replacement, key,
+                       r, indices + r * samples);
+      }
+    });
+    return result;
+  };
+  at::Tensor input = weights; // floatingRandom names the weights' dtype
+  floatingRandom("aten::multinomial", input, run);
+  if (!result.is_same(out)) {
+    out.copy_(result);
+  }
+  return out;
+}
+
+at::Tensor multinomial(const at::Tensor& self, int64_t samples, bool replacement,
+                       std::optional<at::Generator> generator) {
+  at::Tensor out = at::empty({0}, self.options().dtype(at::kLong));
+  return multinomialOut(self, samples, replacement, generator, out);
+}
+
+} // namespace ember
+#pragma GCC pop_options
+// ember-book: end random_tensors
+
+// ember-book: begin dropout
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// torch.nn.functional.dropout on ember: ATen's dropout takes the fused path,
+// native_dropout, for PrivateUse1 tensors (as for CUDA) when 0 < p < 1.
+// Returns (input * mask / (1 - p), mask); the mask keeps an element with
+// probability 1 - p.
+std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
+                                                 double p,
+                                                 std::optional<bool> train) {
+  TORCH_CHECK(p >= 0.0 && p <= 1.0, "ember: dropout probability has to be "
+              "between 0 and 1, but got ", p);
+  at::Tensor mask = at::empty(input.sizes(), input.options().dtype(at::kBool));
+  if (train.has_value() && !*train) {
+    return {input.clone(), mask.fill_(true)};
+  }
+  const at::Tensor in = input.contiguous();
+  at::Tensor output = at::empty(input.sizes(), input.options());
+  if (input.numel() == 0) {
+    return {output, mask};
+  }
+  at::Tensor self = output;
+  floatingRandom("aten::native_dropout", self, [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T keep = T(1) - static_cast<T>(p);
+    const T scale = p < 1.0 ? T(1) / keep : T(0);
+    const PhiloxSeed key =
+        reserveRandom("aten::native_dropout", std::nullopt, input, 1);
+    const int64_t n = in.numel();
+    onDevice({&in, &output, &mask}, [&](ptrdiff_t offset) {
+      const T* x = onDevicePtr<const T>(in, offset);
+      T* y = onDevicePtr<T>(output, offset);
+      bool* kept = onDevicePtr<bool>(mask, offset);
+      at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          kept[i] = uniform01<T>(philox(key, i), 0) < keep;
+          y[i] = kept[i] ? x[i] * scale : T(0);
+        }
+      });
+    });
+    return self;
+  });
+  return {output, mask};
+}
+
+// The gradient: grad * mask * scale, scale being 1 / (1 - p).
+at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask,
+                                 double scale) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool && mask.sizes() == grad.sizes(),
+              "ember: native_dropout_backward expects a Bool mask of the "
+              "gradient's shape ", grad.sizes(), ", got ", mask.scalar_type(),
+              " of shape ", mask.sizes());
+  const at::Tensor g = grad.contiguous(), m = mask.contiguous();
+  at::Tensor result = at::empty(grad.sizes(), grad.options());
+  if (grad.numel() == 0) {
+    return result;
+  }
+  floatingRandom("aten::native_dropout_backward", result,
+                 [&](auto zero) -> at::Tensor& {
+    using T = decltype(zero);
+    const T s = static_cast<T>(scale);
+    const int64_t n = g.numel();
+    onDevice({&g, &m, &result}, [&](ptrdiff_t offset) {
+      const T* dy = onDevicePtr<const T>(g, offset);
+      const bool* kept = onDevicePtr<const bool>(m, offset);
+      T* dx = onDevicePtr<T>(result, offset);
+      for (int64_t i = 0; i < n; ++i) {
+        dx[i] = kept[i] ? dy[i] * s : T(0);
+      }
+    });
+    return result;
+  });
+  return result;
+}
+
+} // namespace ember
+#pragma GCC pop_options
+// ember-book: end dropout
+
+// ember-book: begin random_registration
+// Every random operator with a Generator argument that ember implements;
+// the others (geometric_, cauchy_, log_normal_, ...) still reach the CPU
+// fallback, which refuses them.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("uniform_", &ember::uniform_);
+  m.impl("normal_", &ember::normal_);
+  m.impl("exponential_", &ember::exponential_);
+  m.impl("bernoulli_.float", &ember::bernoulliScalar_);
+  m.impl("bernoulli_.Tensor", &ember::bernoulliTensor_);
+  m.impl("random_", &ember::random_);
+  m.impl("random_.to", &ember::randomTo_);
+  m.impl("random_.from", &ember::randomFrom_);
+  m.impl("randperm.generator_out", &ember::randpermOut);
+  m.impl("multinomial", &ember::multinomial);
+  m.impl("multinomial.out", &ember::multinomialOut);
+  m.impl("native_dropout", &ember::nativeDropout);
+  m.impl("native_dropout_backward", &ember::nativeDropoutBackward);
+}
+// ember-book: end random_registration
