@@ -22,9 +22,9 @@ HooksSlot<NewGeneratorFn> new_generator_slot{"random number generator",
 HooksSlot<ResizeBytesFn> resize_bytes_slot{"storage resize function",
                                            "chapter 10 adds one"};
 HooksSlot<IsPinnedPtrFn> is_pinned_ptr_slot{
-    "pinned host memory allocator", "no chapter adds one yet"};
+    "pinned host memory allocator", "chapter 09 adds one"};
 HooksSlot<PinnedAllocatorFn> pinned_allocator_slot{
-    "pinned host memory allocator", "no chapter adds one yet"};
+    "pinned host memory allocator", "chapter 09 adds one"};
 HooksSlot<BackendMetaFn> backend_meta_serializer_slot{
     "backend metadata serializer", "chapter 10 adds one"};
 HooksSlot<BackendMetaFn> backend_meta_deserializer_slot{
