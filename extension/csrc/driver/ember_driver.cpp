@@ -286,18 +286,23 @@ Allocation::~Allocation() {
 // and frees would land in the parent's tensors. So the child copies the device
 // files' data into files of its own and maps those in their place, as if device
 // memory were copied on fork like the rest of the process. The locks are taken
-// around fork() so that the child's copies of them are consistent.
+// around fork() so that the child's copies of them are consistent; before
+// them, the streams are drained (scheduler_before_fork), so that the copy
+// holds the results of all work queued before the fork.
 void scheduler_before_fork();
 void scheduler_after_fork_parent();
 void scheduler_after_fork_child();
+std::mutex& callback_mutex();
 
 void before_fork() {
   scheduler_before_fork(); // lock order: scheduler, mutex, ranges_mutex
   state().mutex.lock();
   state().ranges_mutex.lock();
+  callback_mutex().lock(); // a notify() on another thread holds it briefly
 }
 
 void after_fork_parent() {
+  callback_mutex().unlock();
   state().ranges_mutex.unlock();
   state().mutex.unlock();
   scheduler_after_fork_parent();
@@ -345,6 +350,7 @@ void after_fork_child() {
     }
     close(inherited);
   }
+  callback_mutex().unlock();
   s.ranges_mutex.unlock();
   s.mutex.unlock();
   scheduler_after_fork_child();
@@ -448,6 +454,10 @@ struct CallbackSlot {
 CallbackSlot& callback_slot() {
   static CallbackSlot* const instance = new CallbackSlot(); // see state()
   return *instance;
+}
+
+std::mutex& callback_mutex() {
+  return callback_slot().mutex;
 }
 
 // The kinds reported (emSetEventKindEnabled); kinds 0..3 start enabled.
@@ -858,9 +868,13 @@ void scheduler_after_fork_parent() {
 
 void scheduler_after_fork_child() {
   Scheduler& sc = scheduler();
-  // Only this thread exists now: no workers, and only its own holds.
+  // Only this thread exists now: no workers, and only its own holds. The
+  // condition variables still count the parent's waiting workers, which
+  // would swallow the child's wake-ups: make them afresh (nobody waits).
+  new (&sc.progress) std::condition_variable();
   for (auto& list : sc.streams) {
     for (Stream* s : list) {
+      new (&s->work) std::condition_variable();
       s->has_worker = false;
       s->running = false;
       s->host_holds = 0;
@@ -897,12 +911,14 @@ const char* emGetErrorDetail(emError_t error) {
 }
 
 emError_t emGetDeviceCount(int* count) {
+  clear_detail();
   if (count == nullptr) return emErrorInvalidValue;
   *count = kNumDevices;
   return emSuccess;
 }
 
 emError_t emGetDevice(int* device) {
+  clear_detail();
   if (device == nullptr) return emErrorInvalidValue;
   *device = current_device;
   return emSuccess;
@@ -1098,6 +1114,7 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
 }
 
 emError_t emMemGetStats(int device, emMemStats* stats) {
+  clear_detail();
   if (!valid_device(device)) return invalid_device(device);
   if (stats == nullptr) return emErrorInvalidValue;
   std::lock_guard<std::mutex> lock(state().mutex);

@@ -1015,6 +1015,13 @@ void test_fork_with_streams() {
         emStreamSynchronize(0, s) == emSuccess &&
         emMemcpy(seen.data(), p, n, emMemcpyDeviceToHost) == emSuccess &&
         seen == ones;
+    // The child's worker is idle now: new work must wake it (the parent's
+    // workers, gone in the child, must not swallow the wake-up).
+    for (int round = 0; ok && round < 20; ++round) {
+      ok = emMemcpyAsync(p, eights.data(), n, emMemcpyHostToDevice, 0, s) ==
+              emSuccess &&
+          emStreamSynchronize(0, s) == emSuccess;
+    }
     _exit(ok ? 0 : 1);
   }
   int status = -1;
