@@ -131,8 +131,9 @@ typedef struct emEvent {
   const void* ptr;          // malloc/free: the allocation; memcpy: dst
   // Added with streams (after the older fields, so tools built against the
   // older header keep reading those correctly):
-  emStream_t stream;        // memcpy/launch/stream kinds: the stream (on
-                            // `device`); malloc/free: 0
+  emStream_t stream;        // memcpy/launch/stream kinds: the stream's id
+                            // (on `device`, except for an emMemcpyAsync
+                            // queued on another device's stream); else 0
   int async;                // 1: queued, runs later (emMemcpyAsync, the
                             // stream kinds); 0: done when reported
   uint64_t microseconds;    // sleep only
