@@ -161,3 +161,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 } // namespace ember
 // ember-book: end shallow_copy_type
+
+// ember-book: begin storage_resize
+#include "runtime/EmberHooks.h" // the slots: PlugResizeBytes
+
+namespace ember {
+
+void resizeStorageBytes(c10::StorageImpl& storage, size_t nbytes); // above
+
+// UntypedStorage.resize_(n) does not dispatch: PyTorch calls the PrivateUse1
+// hooks' resizePrivateUse1Bytes, which the stable library forwards to the
+// function plugged here. It may grow or shrink; the driver copies the bytes
+// both keep.
+void resizeStorageThroughHooks(const c10::Storage& storage, size_t nbytes) {
+  resizeStorageBytes(*storage.unsafeGetStorageImpl(), nbytes);
+}
+
+static PlugResizeBytes plug_resize_bytes(&resizeStorageThroughHooks);
+
+} // namespace ember
+// ember-book: end storage_resize
