@@ -1,0 +1,191 @@
+"""torch_ember's generators and random kernels: seeding, state, devices, generator arguments, the
+distributions' statistics, dropout, and the errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+E, E1 = "ember:0", "ember:1"
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.cpu(), b.cpu())
+
+
+# ---- seeding and state ----------------------------------------------------------------------------
+
+
+def test_manual_seed_reproduces_and_seeds_both_devices() -> None:
+    torch.manual_seed(3)
+    first = [torch.randn(6, device=d) for d in (E, E1)]
+    torch.manual_seed(3)
+    second = [torch.randn(6, device=d) for d in (E, E1)]
+    assert all(same(a, b) for a, b in zip(first, second, strict=True))
+    assert torch.ember.initial_seed() == 3
+    torch.ember.manual_seed(4)
+    assert torch.ember.initial_seed() == 4
+    assert torch.ember.default_generator(1).initial_seed() == 3
+
+
+def test_seed_and_seed_all_choose_a_fresh_seed() -> None:
+    torch.ember.seed()
+    chosen = torch.ember.initial_seed()
+    torch.ember.seed_all()
+    seeds = {torch.ember.default_generator(i).initial_seed() for i in range(torch.ember.device_count())}
+    assert len(seeds) == 1 and seeds != {chosen}
+
+
+def test_rng_state_round_trip_single_and_all() -> None:
+    torch.ember.manual_seed_all(11)
+    state = torch.ember.get_rng_state(E1)
+    assert state.dtype == torch.uint8 and state.device.type == "cpu" and state.numel() == 16
+    expected = torch.rand(5, device=E1)
+    torch.ember.set_rng_state(state, E1)
+    assert same(torch.rand(5, device=E1), expected)
+    states = torch.ember.get_rng_state_all()
+    drawn = [torch.randint(0, 100, (5,), device=d) for d in (E, E1)]
+    torch.ember.set_rng_state_all(states)
+    assert all(same(torch.randint(0, 100, (5,), device=d), x) for d, x in zip((E, E1), drawn, strict=True))
+
+
+def test_generator_state_clone_and_offset() -> None:
+    g = torch.Generator(device=E).manual_seed(21)
+    a = torch.rand(3, device=E, generator=g)
+    assert g.get_offset() == 1
+    g.set_offset(0)
+    assert same(torch.rand(3, device=E, generator=g), a)
+    copy = torch.Generator(device=E)
+    copy.set_state(g.get_state())
+    assert same(torch.rand(3, device=E, generator=copy), torch.rand(3, device=E, generator=g))
+
+
+def test_devices_are_independent() -> None:
+    torch.manual_seed(1)
+    reference = torch.rand(8, device=E1)
+    torch.manual_seed(1)
+    torch.rand(1000, device=E)
+    assert same(torch.rand(8, device=E1), reference)
+
+
+# ---- bad input: clear errors ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("other", ["cpu", E1])
+def test_a_generator_of_the_wrong_device_is_refused_naming_both_devices(other: str) -> None:
+    generator = torch.Generator(device=other)
+    with pytest.raises(
+        RuntimeError, match=rf"uniform_ got a generator on {other}(:0)? for a tensor on ember:0"
+    ):
+        torch.rand(3, device=E, generator=generator)
+    with pytest.raises(RuntimeError, match=r"randperm got a generator on .* for a tensor on ember:0"):
+        torch.randperm(4, device=E, generator=generator)
+
+
+def test_a_generator_for_a_missing_device_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="ember"):
+        torch.Generator(device="ember:7")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.uniform_(2, 1), "from <= to"),
+        (lambda t: t.normal_(0, -1), "std >= 0.0"),
+        (lambda t: t.exponential_(0), "lambd > 0.0"),
+        (lambda t: t.bernoulli_(1.5), "0 <= p <= 1"),
+        (lambda t: t.random_(5, 5), "from < to"),
+        (lambda t: t.random_(0, 2**30), r"draws integers in \[-16777216, 16777216\]"),
+    ],
+)
+def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(RuntimeError, match=message):
+        call(torch.empty(4, device=E))
+
+
+def test_unsupported_dtypes_and_random_ops_without_kernels() -> None:
+    with pytest.raises(RuntimeError, match=r"uniform_ has no ember kernel for Int tensors on ember:0"):
+        torch.empty(3, dtype=torch.int32, device=E).uniform_()
+    with pytest.raises(RuntimeError, match="cannot fall back to the CPU because it draws random numbers"):
+        torch.empty(3, device=E).cauchy_()
+
+
+def test_bad_state_is_refused() -> None:
+    with pytest.raises(RuntimeError, match=r"16 bytes .* got Float with 16 elements"):
+        torch.ember.set_rng_state(torch.zeros(16))
+
+
+# ---- statistics -----------------------------------------------------------------------------------
+
+N = 400_000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_uniform_and_normal_moments(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    u = torch.empty(N, dtype=dtype, device=E).uniform_(-2, 6).cpu().double()
+    assert u.min() >= -2 and u.max() < 6
+    assert abs(u.mean() - 2) < 0.03 and abs(u.var() - 64 / 12) < 0.05
+    z = torch.empty(N, dtype=dtype, device=E).normal_(1.5, 3).cpu().double()
+    assert abs(z.mean() - 1.5) < 0.03 and abs(z.var() - 9) < 0.1
+
+
+def test_exponential_and_bernoulli() -> None:
+    torch.manual_seed(0)
+    x = torch.empty(N, device=E).exponential_(0.5).cpu().double()
+    assert x.min() >= 0 and abs(x.mean() - 2) < 0.03
+    assert abs(torch.empty(N, device=E).bernoulli_(0.2).mean().item() - 0.2) < 0.005
+    p = torch.tensor([0.0, 1.0, 0.5], device=E).expand(N // 3, 3)
+    b = torch.bernoulli(p).cpu()
+    assert b[:, 0].sum() == 0 and b[:, 1].sum() == N // 3 and abs(b[:, 2].mean() - 0.5) < 0.01
+
+
+def test_random_overloads_and_randint() -> None:
+    torch.manual_seed(0)
+    r = torch.randint(-5, 5, (N,), device=E).cpu()
+    assert r.min() == -5 and r.max() == 4 and abs(r.double().mean() + 0.5) < 0.03
+    to = torch.empty(N, dtype=torch.float64, device=E).random_(7).cpu()
+    assert to.min() == 0 and to.max() == 6 and torch.all(to == to.round())
+    full = torch.empty(N, device=E).random_().cpu()
+    assert full.min() >= 0 and full.max() <= 2**24
+    assert torch.empty(N, dtype=torch.int64, device=E).random_().cpu().min() >= 0
+
+
+def test_randperm_is_a_permutation() -> None:
+    torch.manual_seed(0)
+    for n in (0, 1, 2, 1000):
+        perm = torch.randperm(n, device=E)
+        assert perm.dtype == torch.int64 and perm.device == torch.device(E)
+        assert same(perm.sort().values, torch.arange(n))
+    assert not same(torch.randperm(1000, device=E), torch.arange(1000))
+
+
+def test_multinomial_with_and_without_replacement() -> None:
+    torch.manual_seed(0)
+    weights = torch.tensor([[1.0, 0.0, 3.0, 4.0], [0.0, 0.0, 1.0, 1.0]], device=E)
+    draws = torch.multinomial(weights, 2).cpu()
+    assert draws.shape == (2, 2)
+    assert all(len(set(row.tolist())) == 2 for row in draws)
+    assert set(draws[1].tolist()) == {2, 3}
+    assert 1 not in draws[0].tolist()
+    many = torch.multinomial(torch.tensor([1.0, 0.0, 3.0], device=E), N, replacement=True).cpu()
+    counts = torch.bincount(many, minlength=3).double() / N
+    assert counts[1] == 0 and abs(counts[2] - 0.75) < 0.01
+    with pytest.raises(RuntimeError, match="cannot draw 3 samples from 2 categories of non-zero weight"):
+        torch.multinomial(torch.tensor([1.0, 0.0, 1.0], device=E), 3)
+
+
+def test_dropout_scales_and_backward_uses_the_mask() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(N, device=E, requires_grad=True)
+    y = F.dropout(x, 0.3)
+    kept = (y != 0).cpu()
+    assert abs(kept.double().mean() - 0.7) < 0.005
+    assert torch.allclose(y.detach().cpu()[kept], x.detach().cpu()[kept] / 0.7)
+    y.backward(torch.ones_like(y))
+    expected = kept.double() / 0.7
+    assert torch.allclose(x.grad.cpu().double(), expected)
+    out, mask = torch.ops.aten.native_dropout(x.detach(), 0.5, False)
+    assert same(out, x.detach()) and mask.cpu().all()
+    assert same(F.dropout(x.detach(), 0.3, training=False), x.detach())
