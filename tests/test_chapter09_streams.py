@@ -211,10 +211,16 @@ def test_a_pinned_tensor_freed_while_its_copy_is_queued_still_delivers_its_data(
 
 def test_copies_the_driver_cannot_queue_stay_correct_with_non_blocking(ember: ModuleType):
     source = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    on_device = source.to(E, non_blocking=True)
-    assert torch.equal(on_device.t().to("cpu", non_blocking=True), source.t())  # strided
-    assert torch.equal(on_device.to(torch.float64).cpu(), source.double())  # dtype change
-    assert torch.equal(on_device.to(f"{E}:1", non_blocking=True).cpu(), source)  # across devices
+    on_device = source.to(E, non_blocking=True)  # pageable memory: synchronous
+    copies = {
+        "not dense": (on_device[:, ::2].to("cpu", non_blocking=True), source[:, ::2]),
+        "transposed (dense: queued)": (on_device.t().to("cpu", non_blocking=True), source.t()),
+        "dtype change": (on_device.to(torch.float64, non_blocking=True), source.double()),
+        "across devices": (on_device.to(f"{E}:1", non_blocking=True), source),
+    }
+    torch.accelerator.synchronize()  # the host reads only after synchronizing
+    for what, (copy, expected) in copies.items():
+        assert torch.equal(copy.cpu(), expected), what
 
 
 # ---- record_stream ----------------------------------------------------------------------------------
