@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+# Building imports torch, and an installed torch_ember would load itself into this
+# process through its torch.backends entry point (pyproject.toml): a reinstall
+# must not depend on the old build loading. Off before torch is imported.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+from setuptools import setup  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"

@@ -3,7 +3,14 @@
 `import torch_ember` loads the compiled backend (`torch_ember._C`: allocator,
 device guard and kernels register themselves when it loads), names the
 PrivateUse1 device "ember", registers the device module (`device_module.py`) as
-`torch.ember` and adds `Tensor.ember()` and `Tensor.is_ember`. After that, `torch.ones(2, device="ember")` works.
+`torch.ember` and adds `Tensor.ember()`, `Tensor.is_ember`, `Module.ember()` and the
+storage methods. After that, `torch.ones(2, device="ember")` works.
+
+Installed, the package also loads itself on `import torch`: it declares a
+`torch.backends` entry point (`_autoload`, see pyproject.toml), and torch calls
+every such entry point while it is imported, unless the environment sets
+`TORCH_DEVICE_BACKEND_AUTOLOAD=0`. The book's processes set it (book/autoload.py):
+they build their own backend, and a process holds only one.
 """
 
 from __future__ import annotations
@@ -50,14 +57,19 @@ device_module.attach(Driver(_C.__file__))
 
 
 def _register() -> None:
-    # Each step can be done only once per process: skip what is already done,
-    # so that importing (or reloading) torch_ember again is harmless.
-    if torch._C._get_privateuse1_backend_name() != BACKEND_NAME:
+    # _C registered the name "ember" in c10 when it loaded (csrc/runtime/EmberName.cpp), before
+    # anything could ask for a type string ("torch.ember.FloatTensor" is fixed at the first
+    # one). Python's rename registers the same c10 name again, which c10 allows, and does
+    # torch.utils' own bookkeeping (its copy of the name, the profiler's and autograd's
+    # DeviceType names). Each step is done once: importing (or reloading) again is harmless.
+    if torch.utils.backend_registration._privateuse1_backend_name != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
     if not hasattr(torch, BACKEND_NAME):
         torch._register_device_module(BACKEND_NAME, device_module)
     if not hasattr(torch.Tensor, f"is_{BACKEND_NAME}"):
-        torch.utils.generate_methods_for_privateuse1_backend()
+        # Storages too (off by default). Ember's memory holds bytes of any dtype, so no
+        # `unsupported_dtype` list: TypedStorage.ember() refuses nothing.
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 
 _register()
@@ -65,3 +77,12 @@ _register()
 # The Python custom operators (ember::soft_shrink, ember::soft_shrink_): after the renaming, so
 # their ember kernels are registered for the "ember" device type.
 from torch_ember import custom_ops  # noqa: E402,F401
+
+
+def _autoload() -> None:
+    """The `torch.backends` entry point: `import torch` calls it (unless TORCH_DEVICE_BACKEND_AUTOLOAD=0).
+
+    Loading the entry point imports this package, which did all the work above;
+    the call itself has nothing left to do. torch reports an exception raised here
+    as "Failed to load the backend extension: ember" and `import torch` fails.
+    """
