@@ -157,3 +157,16 @@ def test_register_generator_privateuse1_warns_and_refuses_a_second_registration(
     assert child.returncode < 0  # std::terminate: SIGABRT
     assert "REGISTER_GENERATOR_PRIVATEUSE1 is deprecated" in child.stderr
     assert "Only can register a generator to the PrivateUse1 dispatch key once!" in child.stderr
+
+
+def test_module_initialization_and_fork_rng_use_ember_generators() -> None:
+    torch.manual_seed(5)
+    first = torch.nn.Linear(16, 8, device=E).weight.detach()
+    torch.manual_seed(5)
+    assert same(torch.nn.Linear(16, 8, device=E).weight.detach(), first)
+    torch.manual_seed(6)
+    expected = torch.rand(4, device=E)
+    torch.manual_seed(6)
+    with torch.random.fork_rng(devices=[0], device_type=E):
+        torch.rand(100, device=E)
+    assert same(torch.rand(4, device=E), expected)

@@ -189,3 +189,19 @@ def test_dropout_scales_and_backward_uses_the_mask() -> None:
     out, mask = torch.ops.aten.native_dropout(x.detach(), 0.5, False)
     assert same(out, x.detach()) and mask.cpu().all()
     assert same(F.dropout(x.detach(), 0.3, training=False), x.detach())
+
+
+def test_module_initialization_and_fork_rng_use_ember_generators() -> None:
+    torch.manual_seed(5)
+    first = torch.nn.Linear(16, 8, device=E).weight.detach()
+    torch.manual_seed(5)
+    second = torch.nn.Linear(16, 8, device=E).weight.detach()
+    assert same(first, second)
+    bound = 1 / 16**0.5  # kaiming_uniform_ with a=sqrt(5): U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert first.abs().max().item() <= bound
+    torch.manual_seed(6)
+    expected = torch.rand(4, device=E)
+    torch.manual_seed(6)
+    with torch.random.fork_rng(devices=[0], device_type="ember"):
+        torch.rand(100, device=E)
+    assert same(torch.rand(4, device=E), expected)
