@@ -86,7 +86,10 @@
 
 // Chapter 05: custom operators.
 
-// Chapter 07: autocast.
+// Chapter 07: autocast. The wrapper templates, cached_cast and the list
+// macros (KERNEL_PRIVATEUSEONE, AT_FORALL_*); it includes ATen/ATen.h, most
+// of which the headers above already pulled in.
+#include <ATen/autocast_mode.h>
 
 // Chapter 08: random number generators.
 

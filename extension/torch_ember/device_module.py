@@ -189,6 +189,25 @@ def _is_in_bad_fork() -> bool:
 
 # -- Chapter 07: automatic mixed precision ---------------------------------------------------
 
+# torch.autocast(device_type=<ember>) asks the device module for the dtypes ember computes in lower
+# precision (on 2.13 the only function it requires): without it, autocast raises an AssertionError;
+# a dtype not in the list makes autocast warn, naming the device, and run disabled.
+
+__all__ += ["get_amp_supported_dtype", "is_bf16_supported"]
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes `torch.autocast` may use on ember: its matrix products take float16 and bfloat16
+    (computed in float32 and rounded, chapter 07)."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether ember computes in bfloat16 (as `torch.cuda.is_bf16_supported`): always, for the
+    matrix products autocast runs in lower precision."""
+    del including_emulation
+    return True
+
 
 # -- Chapter 08: random number generators ----------------------------------------------------
 

@@ -1,0 +1,217 @@
+"""Autocast and GradScaler on the installed torch_ember (chapter 07): the device module's AMP API, the
+AutocastPrivateUse1 wrappers and their policies, float16 and bfloat16 matrix products, backward in the
+forward's dtype, GradScaler's device kernels, and clear errors and warnings for bad input."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+EMBER = "ember"
+
+
+def sample(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(7)
+    return torch.randn(shape, generator=generator, dtype=dtype)
+
+
+def test_device_module_amp_api() -> None:
+    assert torch.ember.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    assert torch.ember.is_bf16_supported() is True
+    assert torch.get_autocast_dtype(EMBER) == torch.float16
+    assert torch.amp.is_autocast_available(EMBER)
+
+
+def test_autocast_has_a_fallthrough_and_wrappers_on_ember() -> None:
+    assert torch._C._dispatch_has_backend_fallback(torch._C.DispatchKey.AutocastPrivateUse1)
+    for op in (
+        "aten::mm",
+        "aten::addmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::softmax.int",
+        "ember::custom_abs",
+    ):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastPrivateUse1"), op
+    # DispatchKey::Autocast is CUDA's: nothing of ember's may land there.
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("ember::custom_abs", "AutocastCUDA")
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "dtype"),
+    [
+        ("mm", lambda a, b: a @ b, torch.float16),
+        ("addmm", lambda a, b: torch.addmm(torch.zeros(3, device=EMBER), a, b), torch.float16),
+        ("bmm", lambda a, b: torch.bmm(a[None], b[None]), torch.float16),
+        ("linear", lambda a, b: torch.nn.functional.linear(a, b.t()), torch.float16),
+        (
+            "conv2d stays float32",
+            lambda a, b: torch.nn.functional.conv2d(a[None, None], b[None, None, :2, :2]),
+            torch.float32,
+        ),
+        ("softmax", lambda a, b: (a @ b).softmax(-1), torch.float32),
+        ("log_softmax", lambda a, b: (a @ b).log_softmax(-1), torch.float32),
+        (
+            "mse_loss",
+            lambda a, b: torch.nn.functional.mse_loss(a @ b, torch.zeros(8, 3, device=EMBER)),
+            torch.float32,
+        ),
+        ("exp", lambda a, b: (a @ b).exp(), torch.float32),
+        (
+            "addcmul mixed",
+            lambda a, b: torch.addcmul(a @ b, torch.ones(3, device=EMBER), torch.ones(3, device=EMBER)),
+            torch.float32,
+        ),
+        ("custom_abs", lambda a, b: torch.ops.ember.custom_abs(a @ b), torch.float32),
+        ("mul falls through", lambda a, b: a * 2, torch.float32),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_policies(name: str, call, dtype: torch.dtype) -> None:
+    a, b = sample(8, 4).to(EMBER), sample(4, 3).to(EMBER)
+    with torch.autocast(device_type=EMBER):
+        result = call(a, b)
+    assert result.dtype == dtype, name
+    assert result.is_ember
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lower_precision_products_equal_the_cpu(dtype: torch.dtype) -> None:
+    a, b = sample(16, 9), sample(9, 5)
+    expected = (a.to(dtype).float() @ b.to(dtype).float()).to(dtype)
+    with torch.autocast(device_type=EMBER, dtype=dtype):
+        result = a.to(EMBER) @ b.to(EMBER)
+    assert result.dtype == dtype
+    assert torch.equal(result.cpu(), expected)
+
+
+def test_float64_inputs_are_not_cast() -> None:
+    a = sample(4, 4, dtype=torch.float64).to(EMBER)
+    with torch.autocast(device_type=EMBER):
+        assert (a @ a).dtype == torch.float64
+
+
+def test_cpu_tensors_are_left_to_the_cpu() -> None:
+    a = sample(4, 4)
+    with torch.autocast(device_type=EMBER):
+        assert (a @ a).dtype == torch.float32
+
+
+def test_unsupported_dtype_warns_naming_the_device_and_disables_autocast() -> None:
+    a = sample(4, 4).to(EMBER)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast(device_type=EMBER, dtype=torch.float64):
+            assert not torch.is_autocast_enabled(EMBER)
+            assert (a @ a).dtype == torch.float32
+    messages = [str(w.message) for w in caught]
+    assert any(
+        "In ember autocast, but the target dtype is not supported" in m
+        and "torch.float16, torch.bfloat16" in m
+        for m in messages
+    ), messages
+
+
+def test_backward_runs_in_the_forwards_dtype() -> None:
+    w = sample(4, 3).to(EMBER).requires_grad_()
+    x = sample(8, 4).to(EMBER)
+    with torch.autocast(device_type=EMBER):
+        out = x @ w
+    seen: list[torch.dtype] = []
+    out.register_hook(lambda grad: seen.append(grad.dtype))
+    out.float().sum().backward()
+    assert seen == [torch.float16]
+    assert w.grad is not None and w.grad.dtype == torch.float32
+    expected = (x.cpu().half().float().t() @ torch.ones(8, 3)).half().float()
+    assert torch.equal(w.grad.cpu(), expected)
+
+
+def amp_kernels(device: str) -> list[object]:
+    grads = [torch.tensor([1.0, 2.0, float("inf")]), torch.tensor([[4.0, 8.0]], dtype=torch.float64).t()]
+    grads = [g.clone().to(device) for g in grads]
+    found, inv = torch.zeros(1, device=device), torch.full((1,), 0.5, device=device)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+    results: list[object] = [g.cpu().flatten().tolist() for g in grads] + [found.item()]
+    for found_inf, tracker_start in ((0.0, 2), (0.0, 0), (1.0, 2)):
+        scale = torch.full((1,), 8.0, device=device)
+        tracker = torch.full((1,), tracker_start, dtype=torch.int32, device=device)
+        torch._amp_update_scale_(scale, tracker, torch.full((1,), found_inf, device=device), 2.0, 0.5, 3)
+        results.append([scale.item(), tracker.item()])
+    return results
+
+
+def test_grad_scaler_kernels_match_the_cpu() -> None:
+    assert amp_kernels(EMBER) == amp_kernels("cpu")
+
+
+def test_unscale_finite_gradients_leaves_found_inf_alone() -> None:
+    grads = [torch.ones(5, device=EMBER), torch.ones(2, 2, dtype=torch.float16, device=EMBER)]
+    found = torch.zeros(1, device=EMBER)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.full((1,), 0.25, device=EMBER))
+    assert found.item() == 0.0
+    assert grads[0].cpu().tolist() == [0.25] * 5
+    assert grads[1].dtype == torch.float16 and grads[1].cpu().float().flatten().tolist() == [0.25] * 4
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (
+            lambda: (
+                [torch.ones(2, device=EMBER)],
+                torch.zeros(1, device=EMBER),
+                torch.ones(2, device=EMBER),
+            ),
+            "inv_scale must be a one-element Float tensor",
+        ),
+        (
+            lambda: (
+                [torch.ones(2, device="ember:1")],
+                torch.zeros(1, device=EMBER),
+                torch.ones(1, device=EMBER),
+            ),
+            "every gradient must be on ember:0 (found_inf's device), got one on ember:1",
+        ),
+        (
+            lambda: ([torch.ones(2, device=EMBER)], torch.zeros(1, device=EMBER), torch.ones(1)),
+            "inv_scale must be on ember:0, got cpu",
+        ),
+    ],
+    ids=["scale shape", "gradient on another device", "scale on the cpu"],
+)
+def test_unscale_refuses_bad_input_by_name(make, pattern: str) -> None:
+    grads, found, inv = make()
+    with pytest.raises(RuntimeError, match=re.escape(pattern)):
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+
+
+def test_update_scale_refuses_a_wrong_tracker() -> None:
+    scale = torch.ones(1, device=EMBER)
+    with pytest.raises(RuntimeError, match=re.escape("growth_tracker must be a one-element Int tensor")):
+        torch._amp_update_scale_(
+            scale, torch.zeros(1, device=EMBER), torch.zeros(1, device=EMBER), 2.0, 0.5, 3
+        )
+
+
+def test_a_float16_training_step_skips_its_update_on_inf() -> None:
+    torch.manual_seed(7)
+    model = torch.nn.Linear(4, 1, bias=False).to(EMBER)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(EMBER, init_scale=1024.0)
+    inputs, targets = sample(8, 4).to(EMBER), sample(8, 1).to(EMBER)
+    overflowing = inputs.cpu()
+    overflowing[0, 0] = 1e5
+    steps = []
+    for x in (inputs, overflowing.to(EMBER), inputs):
+        optimizer.zero_grad()
+        with torch.autocast(device_type=EMBER):
+            loss = (model(x).float() - targets).pow(2).mean()
+        before = model.weight.detach().clone()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        steps.append((not torch.equal(before, model.weight.detach()), scaler.get_scale()))
+    assert steps == [(True, 1024.0), (False, 512.0), (True, 512.0)]
