@@ -341,3 +341,16 @@ def test_the_sleep_exercise_queues_busy_work_on_the_current_stream(ember: Module
     finally:
         torch.accelerator.synchronize()
         Chapter.of(9).build()
+
+
+def test_backward_runs_each_node_on_the_stream_its_forward_used(ember: ModuleType):
+    weight, inputs = torch.randn(8, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    on_ember, side, seen = weight.to(E).requires_grad_(), ember.Stream(), []
+    with ember.stream(side):
+        hidden = inputs.to(E) @ on_ember
+    hidden.register_hook(lambda grad: seen.append(torch.accelerator.current_stream()))
+    hidden.tanh().sum().backward()
+    assert seen == [side]
+    on_cpu = weight.clone().requires_grad_()
+    (inputs @ on_cpu).tanh().sum().backward()
+    assert torch.allclose(on_ember.grad.cpu(), on_cpu.grad)
