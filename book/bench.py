@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from book import preload
+from book import preload, toolchain
 from book.chapter import chapters
 
 PLAIN_BASELINE = textwrap.dedent(
@@ -86,14 +86,25 @@ def _run(code: str, env: dict[str, str], *args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
     import os
+
+    parser = argparse.ArgumentParser(prog="python -m book.bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "chapters",
+        nargs="*",
+        type=int,
+        help="time only these chapter numbers (earlier ones are built untimed)",
+    )
+    selected = set(parser.parse_args(argv).chapters)
 
     cache = Path(tempfile.mkdtemp(prefix="ember-bench-"))
     env = dict(os.environ, EMBER_BOOK_CACHE=str(cache), EMBER_BOOK_BATCH="1")
     baseline = _run(PLAIN_BASELINE, env)["seconds"]
     warm_up = _run(WARM_UP, env)["seconds"]
     print(f"plain load_inline baseline (one function, default headers): {baseline:.1f} s")
+    print(f"unit compiler: {toolchain.unit_compiler()} {' '.join(toolchain.unit_flags()[-3:])}")
     print(f"one-time warm-up (precompiled prelude, driver, stable library, build epilogue): {warm_up:.1f} s")
     print()
     print(
@@ -107,9 +118,12 @@ def main() -> int:
     last_parts: list = []
     last_stem = ""
     for chapter in chapters():
-        if not chapter.parts():
+        if not chapter.parts() or (selected and chapter.number > max(selected)):
             continue
         parts = [(p.chapter, p.name, p.source) for p in chapter.parts_through()]
+        if selected and chapter.number not in selected:
+            _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)  # its units, for the next chapter
+            continue
         cold = _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)
         warm = _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)
         if not cold["compiled"] or warm["compiled"]:

@@ -57,6 +57,11 @@ struct BookUnloadReset {
 } // namespace
 
 // Lets book.builder run this library's static destructors without unmapping it.
+// (GCC declares __dso_handle itself, Clang does not: the C runtime's
+// crtbeginS.o defines it, hidden, in every shared library.)
+#ifdef __clang__
+extern "C" void* __dso_handle;
+#endif
 extern "C" void* book_dso_handle() { return &__dso_handle; }
 """
 

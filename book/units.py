@@ -176,10 +176,12 @@ def _compile_object(unit: Unit) -> tuple[Unit, str] | None:
     source = target.with_name(f"{stem}.cpp")
     source.write_text(unit.text)
     partial = target.with_name(f"{stem}.partial.o")
-    command = ["c++", *toolchain.compile_flags(), f"-I{toolchain.prelude_dir(unit.autograd)}", f"-I{CSRC}"]
-    if unit.autograd:
-        command.append(toolchain.AUTOGRAD_FLAG)
-    command += ["-c", str(source), "-o", str(partial)]
+    command = [
+        toolchain.unit_compiler(),
+        *toolchain.unit_flags(unit.autograd),
+        *toolchain.pch_flags(unit.autograd),
+    ]
+    command += [f"-I{CSRC}", "-c", str(source), "-o", str(partial)]
     result = subprocess.run(command, capture_output=True, text=True)
     source.unlink()
     if result.returncode != 0:
