@@ -68,7 +68,7 @@ def test_autocast_has_a_fallthrough_and_wrappers_on_ember() -> None:
         ("custom_abs", lambda a, b: torch.ops.ember.custom_abs(a @ b), torch.float32),
         ("mul falls through", lambda a, b: a * 2, torch.float32),
     ],
-    ids=lambda value: value if isinstance(value, str) else "",
+    ids=lambda value: value.replace(" ", "-") if isinstance(value, str) else "",
 )
 def test_policies(name: str, call, dtype: torch.dtype) -> None:
     a, b = sample(8, 4).to(EMBER), sample(4, 3).to(EMBER)
