@@ -545,5 +545,5 @@ def _install_sharing_refusal() -> None:
 
 
 _install_sharing_refusal()
-
-__all__ += ["STORAGE_FORMATS", "set_storage_format", "storage_format"]
+# storage_format, set_storage_format and STORAGE_FORMATS are ember's own: public, but not in
+# __all__, which lists torch.cuda's names only.
