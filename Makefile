@@ -22,20 +22,20 @@ $(VENV)/.installed: requirements.txt
 setup: $(VENV)/.installed
 
 $(VENV)/.extension-installed: $(VENV)/.installed $(EXTENSION_SOURCES)
-	$(PY) -m pip install --quiet --no-build-isolation --no-deps ./extension
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -m pip install --quiet --no-build-isolation --no-deps ./extension
 	touch $@
 
 extension: $(VENV)/.extension-installed
 
 book: setup
-	$(VENV)/bin/jupyter-book build . -W --keep-going --builder html
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VENV)/bin/jupyter-book build . -W --keep-going --builder html
 
 # The book's own tests and the finished extension's tests run in separate
 # processes: each loads a PrivateUse1 backend, and a process holds only one.
 test: setup extension lint sync-check
-	EMBER_BOOK_BATCH=1 $(PYTEST) tests --ignore=tests/extension
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension
 	$(PYTEST) tests/extension
-	EMBER_BOOK_BATCH=1 $(PYTEST) --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
 
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension
@@ -44,9 +44,12 @@ lint: setup
 sync-check: setup
 	$(PY) -m book.sync --check
 
+# The book's processes keep the installed torch_ember from autoloading on `import torch` (a process holds
+# one PrivateUse1 backend, and the book builds its own): TORCH_DEVICE_BACKEND_AUTOLOAD=0. `import book`
+# sets it too, for itself and its children, and refuses if torch_ember was loaded first.
 # Re-execute chapters (all, or CHAPTERS="chapters/02_minimal_ops.ipynb") and save their outputs.
-execute: setup
-	EMBER_BOOK_BATCH=1 $(PY) -m book.execute $(CHAPTERS)
+execute: setup extension
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -m book.execute $(CHAPTERS)
 
 # The book's compile benchmark, the simulated driver's costs, then the finished backend's operators.
 bench: setup extension
@@ -56,7 +59,7 @@ bench: setup extension
 
 # Containers often run as root, which JupyterLab refuses without --allow-root.
 lab: setup
-	EMBER_BOOK_BATCH=0 $(VENV)/bin/jupyter lab chapters/$(if $(filter 0,$(shell id -u)), --allow-root)
+	EMBER_BOOK_BATCH=0 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VENV)/bin/jupyter lab chapters/$(if $(filter 0,$(shell id -u)), --allow-root)
 
 clean:
 	rm -rf _build

@@ -47,7 +47,7 @@ CHAPTER_BUILD = textwrap.dedent(
     from book import builder, preload, stable, toolchain
     from book.cells import CppPart
     driver = toolchain.driver_library(); toolchain.prelude_dir(); stable.library()  # warm-up, timed separately
-    parts = [CppPart(*p) for p in json.loads(sys.argv[1])]
+    parts = [CppPart(*p) for p in json.loads(open(sys.argv[1]).read())]
     checks = []  # seconds of each load check (book.preload) the build ran
     run_child = preload.run_child
     def timed_child(*args, **kwargs):
@@ -86,6 +86,13 @@ def _run(code: str, env: dict[str, str], *args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _parts_file(cache: Path, parts: list) -> str:
+    """A file holding `parts` as JSON: a late chapter's parts are too long for a command line."""
+    path = cache / "parts.json"
+    path.write_text(json.dumps(parts))
+    return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
@@ -122,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         parts = [(p.chapter, p.name, p.source) for p in chapter.parts_through()]
         if selected and chapter.number not in selected:
-            _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)  # its units, for the next chapter
+            _run(
+                CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem
+            )  # its units, for the next chapter
             continue
-        cold = _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)
-        warm = _run(CHAPTER_BUILD, env, json.dumps(parts), chapter.stem)
+        cold = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem)
+        warm = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem)
         if not cold["compiled"] or warm["compiled"]:
             raise RuntimeError(f"{chapter.stem}: expected a compile then a cache hit")
         if len(cold["checks"]) != 1 or warm["checks"]:
@@ -145,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in last["unit_objects"]:
             Path(path).unlink(missing_ok=True)
         shutil.rmtree(Path(last["library"]).parent)
-        first = _run(CHAPTER_BUILD, env, json.dumps(last_parts), last_stem)
+        first = _run(CHAPTER_BUILD, env, _parts_file(cache, last_parts), last_stem)
         print(
             f"{last_stem} with no unit compiled before (opened first): {first['seconds']:.2f} s "
             f"({first['seconds'] / baseline:.2f} of the baseline), once per machine"
