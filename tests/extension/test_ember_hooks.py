@@ -3,7 +3,7 @@
 The hooks are what PyTorch asks outside the dispatcher: the autograd engine,
 torch.accelerator, torch.Generator, storage resizing, pinned memory and
 serialization. Device queries are answered from the driver; the rest comes
-through slots that later chapters plug, and an empty slot says what is missing.
+through slots that later chapters plug; the package plugs them all.
 """
 
 from __future__ import annotations
@@ -78,13 +78,12 @@ def test_the_package_plugs_a_generator_per_device(device: str) -> None:
     assert torch.equal(torch.rand(4, device=device, generator=generator).cpu(), first)
 
 
-def test_resizing_a_storage_needs_chapter_10() -> None:
-    storage = torch.empty(2, device="ember").untyped_storage()
-    message = (
-        r"ember: cannot resize a storage: no storage resize function is registered \(chapter 10 adds one\)"
-    )
-    with pytest.raises(RuntimeError, match=message):
-        storage.resize_(16)
+def test_the_package_plugs_storage_resizing() -> None:
+    storage = torch.tensor([1.0, 2.0], device="ember").untyped_storage()
+    storage.resize_(16)
+    assert storage.nbytes() == 16
+    assert storage.device == torch.device("ember:0")
+    assert torch.equal(torch.tensor([], device="ember").set_(storage, 0, (2,)).cpu(), torch.tensor([1.0, 2.0]))
 
 
 def test_the_package_plugs_a_pinned_allocator() -> None:
@@ -95,9 +94,9 @@ def test_the_package_plugs_a_pinned_allocator() -> None:
     assert torch.ones(3).pin_memory().is_pinned()
 
 
-def test_serialization_without_backend_metadata() -> None:
-    # The metadata serializers are registered once and forward to empty slots:
-    # an ember tensor has no backend metadata, and torch.save/load still work.
+def test_a_plain_tensor_has_no_backend_metadata() -> None:
+    # Chapter 10's serializer writes flags only for a non-plain storage format:
+    # a plain ember tensor has no backend metadata, and torch.save/load still work.
     x = torch.tensor([1.0, 2.0, 3.0], device="ember:1")
     assert torch._C._get_tensor_metadata(x) == {}
     buffer = io.BytesIO()
