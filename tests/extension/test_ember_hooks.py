@@ -83,7 +83,9 @@ def test_the_package_plugs_storage_resizing() -> None:
     storage.resize_(16)
     assert storage.nbytes() == 16
     assert storage.device == torch.device("ember:0")
-    assert torch.equal(torch.tensor([], device="ember").set_(storage, 0, (2,)).cpu(), torch.tensor([1.0, 2.0]))
+    assert torch.equal(
+        torch.tensor([], device="ember").set_(storage, 0, (2,)).cpu(), torch.tensor([1.0, 2.0])
+    )
 
 
 def test_the_package_plugs_a_pinned_allocator() -> None:
