@@ -72,6 +72,32 @@ CHILD = textwrap.dedent(
     out.float().sum().backward()
     facts["grad_at_mm"], facts["w_grad"] = seen[0], str(w.grad.dtype)
 
+    # convolution under autocast: float16 forward and backward, float32 parameter gradients
+    torch.manual_seed(7)
+    conv = torch.nn.Conv2d(3, 4, kernel_size=3, padding=1)
+    images = torch.randn(2, 3, 8, 8, generator=g)
+    runs = {}
+    for device, enabled in (("cpu", False), (E, True)):
+        model = torch.nn.Conv2d(3, 4, kernel_size=3, padding=1).to(device)
+        model.load_state_dict(conv.state_dict())
+        with torch.autocast(device_type=device, enabled=enabled):
+            out = model(images.to(device))
+        out.float().sum().backward()
+        runs[device] = [out, model.weight.grad, model.bias.grad]
+    facts["conv_dtypes"] = [str(t.dtype) for t in runs[E]]
+    facts["conv_errors"] = [
+        ((mine.cpu().float() - ref).abs().max() / ref.abs().max()).item() for mine, ref in zip(runs[E], runs["cpu"])
+    ]
+    with torch.autocast(device_type=E):
+        facts["conv1d"] = outcome(lambda: torch.nn.functional.conv1d(ae.t()[None], be.t()[:, :, None]))
+        facts["conv_double"] = outcome(lambda: torch.nn.functional.conv2d(images.double().to(E), conv.weight.double().to(E)))
+    with torch.autocast(device_type=E, dtype=torch.bfloat16):
+        facts["conv_bf16"] = outcome(lambda: torch.nn.functional.conv2d(images.to(E), conv.weight.to(E)))
+    facts["conv_registrations"] = {
+        op: next(line for line in torch._C._dispatch_dump(op).splitlines() if line.startswith("PrivateUse1:"))
+        for op in ("aten::convolution", "aten::convolution_backward", "aten::convolution_overrideable")
+    }
+
     # GradScaler kernels against the CPU's
     def amp(device):
         grads = [torch.tensor([1.0, 2.0, float("inf")]), torch.tensor([[4.0, 8.0]], dtype=torch.float64).t()]
@@ -133,12 +159,29 @@ def test_the_chapter_shows_every_autocast_and_amp_region() -> None:
     }
     assert regions <= names
     assert {"autocast_fallthrough", "autocast_mm", "autocast_lists", "autocast_custom_abs"} <= regions
+    assert {"amp_matmul", "amp_convolution", "amp_unscale", "amp_update_scale"} <= regions
 
 
 def test_lower_precision_ops_run_in_float16(facts: dict[str, Any]) -> None:
     for op in ("mm", "linear", "addmm", "bmm"):
         assert facts[op] == "torch.float16", op
     assert facts["mm_value"] is True
+
+
+def test_convolution_runs_in_float16_with_float32_parameter_gradients(facts: dict[str, Any]) -> None:
+    assert facts["conv_dtypes"] == ["torch.float16", "torch.float32", "torch.float32"]
+    assert all(error < 1e-3 for error in facts["conv_errors"]), facts["conv_errors"]
+    assert facts["conv1d"] == "torch.float16"
+    assert facts["conv_bf16"] == "torch.bfloat16"
+    assert facts["conv_double"] == "torch.float64"
+
+
+def test_convolution_part_sits_above_chapter_04s_kernels(facts: dict[str, Any]) -> None:
+    registered = facts["conv_registrations"]
+    for op in ("aten::convolution", "aten::convolution_backward"):
+        assert "07_autocast.ipynb[amp_convolution]" in registered[op], registered[op]
+    # chapter 4's kernel is still the one registered, not replaced
+    assert "04_stub_kernels.ipynb[convolution]" in registered["aten::convolution_overrideable"]
 
 
 def test_fp32_and_promote_policies(facts: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Autocast and GradScaler on the installed torch_ember (chapter 07): the device module's AMP API, the
-AutocastPrivateUse1 wrappers and their policies, float16 and bfloat16 matrix products, backward in the
-forward's dtype, GradScaler's device kernels, and clear errors and warnings for bad input."""
+AutocastPrivateUse1 wrappers and their policies, float16 and bfloat16 matrix products and convolutions,
+backward in the forward's dtype, GradScaler's device kernels, and clear errors and warnings for bad input."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def test_autocast_has_a_fallthrough_and_wrappers_on_ember() -> None:
         "aten::linear",
         "aten::softmax.int",
         "ember::custom_abs",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::convolution",
+        "aten::_convolution",
     ):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastPrivateUse1"), op
     # DispatchKey::Autocast is CUDA's: nothing of ember's may land there.
@@ -48,10 +52,11 @@ def test_autocast_has_a_fallthrough_and_wrappers_on_ember() -> None:
         ("bmm", lambda a, b: torch.bmm(a[None], b[None]), torch.float16),
         ("linear", lambda a, b: torch.nn.functional.linear(a, b.t()), torch.float16),
         (
-            "conv2d stays float32",
+            "conv2d",
             lambda a, b: torch.nn.functional.conv2d(a[None, None], b[None, None, :2, :2]),
-            torch.float32,
+            torch.float16,
         ),
+        ("conv1d", lambda a, b: torch.nn.functional.conv1d(a.t()[None], b.t()[:, :, None]), torch.float16),
         ("softmax", lambda a, b: (a @ b).softmax(-1), torch.float32),
         ("log_softmax", lambda a, b: (a @ b).log_softmax(-1), torch.float32),
         (
@@ -127,6 +132,111 @@ def test_backward_runs_in_the_forwards_dtype() -> None:
     assert w.grad is not None and w.grad.dtype == torch.float32
     expected = (x.cpu().half().float().t() @ torch.ones(8, 3)).half().float()
     assert torch.equal(w.grad.cpu(), expected)
+
+
+TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+def conv_runs(dtype: torch.dtype) -> dict[str, dict[str, torch.Tensor]]:
+    """A strided, grouped Conv2d with bias: float32 on the CPU, and under autocast on ember."""
+    conv = torch.nn.Conv2d(4, 6, kernel_size=3, stride=2, padding=1, groups=2)
+    with torch.no_grad():
+        conv.weight.copy_(sample(6, 2, 3, 3))
+        conv.bias.copy_(sample(6))
+    images = sample(3, 4, 9, 7)
+    runs: dict[str, dict[str, torch.Tensor]] = {}
+    for device, enabled in (("cpu", False), (EMBER, True)):
+        model = torch.nn.Conv2d(4, 6, kernel_size=3, stride=2, padding=1, groups=2).to(device)
+        model.load_state_dict(conv.state_dict())
+        with torch.autocast(device_type=device, dtype=dtype, enabled=enabled):
+            out = model(images.to(device))
+        seen: list[torch.Tensor] = []
+        out.register_hook(seen.append)
+        (out.float() * sample(*out.shape).to(device)).sum().backward()
+        assert model.weight.grad is not None and model.bias.grad is not None
+        runs[device] = {
+            "output": out,
+            "grad_at_conv": seen[0],
+            "weight": model.weight.grad,
+            "bias": model.bias.grad,
+        }
+    return runs
+
+
+def close(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Within the dtype's rounding of the largest element (the float32 sums differ in order only)."""
+    error = (value.cpu().float() - reference).abs().max()
+    return bool(error <= 2 * TOLERANCE[dtype] * reference.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_convolution_under_autocast_matches_float32_on_the_cpu(dtype: torch.dtype) -> None:
+    runs = conv_runs(dtype)
+    ember, cpu = runs[EMBER], runs["cpu"]
+    assert ember["output"].dtype == dtype and ember["output"].is_ember
+    assert close(ember["output"], cpu["output"], dtype)
+    # backward runs in the forward's dtype; the parameters get float32 gradients
+    assert ember["grad_at_conv"].dtype == dtype
+    for name in ("weight", "bias"):
+        assert ember[name].dtype == torch.float32, name
+        assert close(ember[name], cpu[name], dtype), name
+
+
+def test_lower_precision_convolution_rounds_a_float32_result() -> None:
+    x, w, b = sample(2, 3, 6, 6, dtype=torch.float16), sample(4, 3, 3, 3, dtype=torch.float16), sample(4)
+    result = torch.nn.functional.conv2d(x.to(EMBER), w.to(EMBER), b.half().to(EMBER))
+    expected = torch.nn.functional.conv2d(x.float(), w.float(), b.half().float()).half()
+    assert result.dtype == torch.float16
+    # one rounding of a float32 sum: at most one float16 step away from the CPU's
+    assert torch.allclose(result.cpu().float(), expected.float(), rtol=1e-3, atol=1e-3)
+    grads = torch.ops.aten.convolution_backward(
+        torch.ones_like(result),
+        x.to(EMBER),
+        w.to(EMBER),
+        [4],
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, True, True],
+    )
+    assert [g.dtype for g in grads] == [torch.float16] * 3
+    assert torch.equal(grads[2].cpu(), torch.full((4,), 32.0, dtype=torch.float16))
+
+
+def test_float64_convolution_is_not_cast() -> None:
+    x, w = sample(1, 1, 5, 5, dtype=torch.float64), sample(1, 1, 2, 2, dtype=torch.float64)
+    with torch.autocast(device_type=EMBER):
+        result = torch.nn.functional.conv2d(x.to(EMBER), w.to(EMBER))
+    assert result.dtype == torch.float64
+    assert torch.allclose(result.cpu(), torch.nn.functional.conv2d(x, w))
+
+
+@pytest.mark.parametrize(
+    ("call", "autocast", "pattern"),
+    [
+        (  # outside autocast (under it, both would be cast to float16)
+            lambda: torch.nn.functional.conv2d(
+                sample(1, 1, 4, 4).half().to(EMBER), sample(1, 1, 2, 2).to(EMBER)
+            ),
+            False,
+            r"convolution_overrideable on ember:0 supports float32 and float64 .*got Half and Float",
+        ),
+        (
+            lambda: torch.nn.functional.conv3d(
+                sample(1, 1, 3, 3, 3).to(EMBER), sample(1, 1, 1, 1, 1).to(EMBER)
+            ),
+            True,
+            r"convolution_overrideable on ember:0 supports 2-D convolutions",
+        ),
+    ],
+    ids=["mixed-dtypes", "conv3d-under-autocast"],
+)
+def test_convolutions_ember_cannot_run_fail_by_name(call, autocast: bool, pattern: str) -> None:
+    with torch.autocast(device_type=EMBER, enabled=autocast), pytest.raises(RuntimeError, match=pattern):
+        call()
 
 
 def amp_kernels(device: str) -> list[object]:

@@ -4,6 +4,8 @@
 // - Matrix products in float16 and bfloat16. The simulated device's gemm
 //   computes in float32 (EmberBlas.h); like a tensor core it takes the
 //   lower-precision inputs, accumulates in float32 and rounds the result.
+// - Convolution, forward and backward, in float16 and bfloat16 the same
+//   way, around chapter 4's float32 kernels.
 // - GradScaler's two operators, as ember kernels: unscale the gradients and
 //   flag an inf or NaN; grow or back off the scale.
 #include <ATen/Dispatch.h>
@@ -12,6 +14,10 @@
 #include <ATen/ops/mm.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/convolution_backward_native.h>
+#include <ATen/ops/convolution_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -72,6 +78,77 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addmm", TORCH_FN(ember::amp::addmm));
 }
 // ember-book: end amp_matmul
+
+// ember-book: begin amp_convolution
+namespace ember::amp {
+
+// Chapter 4 registered convolution_overrideable and its backward for ember,
+// float32 and float64 only. One level up are aten::convolution and
+// aten::convolution_backward, whose default kernels (the at::native
+// functions below) check the arguments, turn 1-D into 2-D and call chapter
+// 4's. Ember registers those two: float16 or bfloat16 operands are widened
+// on the device, the float32 call goes down the usual path, and the result
+// is rounded back. Any other dtype, or a mix, takes the default path, with
+// its checks and messages.
+bool sameLowerPrecision(const at::Tensor& a, const at::Tensor& b,
+                        const std::optional<at::Tensor>& c = std::nullopt) {
+  return lowerPrecision(a) && b.scalar_type() == a.scalar_type() &&
+         (!c.has_value() || !c->defined() ||
+          c->scalar_type() == a.scalar_type());
+}
+
+at::Tensor widen(const at::Tensor& t) {
+  return t.defined() ? t.to(at::kFloat) : t;
+}
+
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias,
+                       at::IntArrayRef stride, at::IntArrayRef padding,
+                       at::IntArrayRef dilation, bool transposed,
+                       at::IntArrayRef output_padding, int64_t groups) {
+  if (sameLowerPrecision(input, weight, bias)) {
+    const std::optional<at::Tensor> bias32 =
+        bias.has_value() ? std::optional(widen(*bias)) : std::nullopt;
+    return at::convolution(widen(input), widen(weight), bias32, stride,
+                           padding, dilation, transposed, output_padding,
+                           groups)
+        .to(input.scalar_type());
+  }
+  return at::native::convolution(input, weight, bias, stride, padding,
+                                 dilation, transposed, output_padding, groups);
+}
+
+// Autograd saves the forward's float16 input and weight: backward gets them
+// with a float16 grad_output and returns float16 gradients, which the cast
+// nodes autocast recorded turn into float32 for float32 parameters.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
+    const at::Tensor& grad_output, const at::Tensor& input,
+    const at::Tensor& weight, at::OptionalIntArrayRef bias_sizes,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+    bool transposed, at::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  if (sameLowerPrecision(input, weight, grad_output)) {
+    const at::ScalarType dtype = input.scalar_type();
+    auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+        widen(grad_output), widen(input), widen(weight), bias_sizes, stride,
+        padding, dilation, transposed, output_padding, groups, output_mask);
+    const auto round = [dtype](const at::Tensor& t) {
+      return t.defined() ? t.to(dtype) : t;
+    };
+    return {round(grad_input), round(grad_weight), round(grad_bias)};
+  }
+  return at::native::convolution_backward(
+      grad_output, input, weight, bias_sizes, stride, padding, dilation,
+      transposed, output_padding, groups, output_mask);
+}
+
+} // namespace ember::amp
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution", TORCH_FN(ember::amp::convolution));
+  m.impl("convolution_backward", TORCH_FN(ember::amp::convolutionBackward));
+}
+// ember-book: end amp_convolution
 
 // ember-book: begin amp_unscale
 namespace ember::amp {

@@ -57,8 +57,13 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
-  // Not convolution: ember's convolution kernels compute in float32 and
-  // float64 only, so under autocast it stays in float32 (no wrapper).
+  // Convolutions, as far as ember runs them (2-D kernels, which 1-D reuses;
+  // not 3-D, not transposed): conv1d/conv2d and the operators below them,
+  // for a caller that enters there.
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_convolution, lower_precision_fp)
   // In float32, where float16's range or precision is not enough. softmax
   // and log_softmax take an output dtype: the wrapper sets it to float32.
   KERNEL_PRIVATEUSEONE(softmax, int, fp32_set_opt_dtype)
