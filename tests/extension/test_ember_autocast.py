@@ -325,3 +325,29 @@ def test_a_float16_training_step_skips_its_update_on_inf() -> None:
         scaler.update()
         steps.append((not torch.equal(before, model.weight.detach()), scaler.get_scale()))
     assert steps == [(True, 1024.0), (False, 512.0), (True, 512.0)]
+
+
+def test_a_float16_convolution_step_skips_its_update_on_inf() -> None:
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 3, kernel_size=3, padding=1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(48, 1, bias=False),
+    ).to(EMBER)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler(EMBER, init_scale=1024.0)
+    inputs, targets = sample(4, 2, 4, 4).to(EMBER), sample(4, 1).to(EMBER)
+    overflowing = inputs.cpu()
+    overflowing[0, 0, 0, 0] = 1e5
+    steps = []
+    for x in (inputs, overflowing.to(EMBER), inputs):
+        optimizer.zero_grad()
+        with torch.autocast(device_type=EMBER):
+            loss = torch.nn.functional.mse_loss(model(x), targets)
+        before = model[0].weight.detach().clone()
+        scaler.scale(loss).backward()
+        assert model[0].weight.grad is not None and model[0].weight.grad.dtype == torch.float32
+        scaler.step(optimizer)
+        scaler.update()
+        steps.append((not torch.equal(before, model[0].weight.detach()), scaler.get_scale()))
+    assert steps == [(True, 1024.0), (False, 512.0), (True, 512.0)]
