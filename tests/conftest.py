@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
+import torch
 
 from book.cells import CppPart
 from book.chapter import Chapter
@@ -12,3 +16,22 @@ from book.chapter import Chapter
 def chapter01_parts() -> list[CppPart]:
     """Chapter 01's C++ as its last book.build() compiles it."""
     return Chapter.of(1).parts_through()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def autograd_engine_knows_ember_devices() -> Iterator[None]:
+    """Start the autograd engine while an ember device guard is registered.
+
+    The engine sizes its per-device queues once per process, at the first
+    backward of any device, from the device guards registered then. The book's
+    tests share one process: a CPU backward in an early chapter's test, before
+    any build registered ember's guard, would leave ember with no queue, and
+    every later ember backward would fail an internal assert ("device_ready_queues_").
+    A reader's kernel has the same rule: build first, then call backward.
+    """
+    build = Chapter.of(1).build()
+    x = torch.ones(1, requires_grad=True)
+    (x * 2).sum().backward()
+    del build
+    gc.collect()  # retire chapter 01's build: each test module builds its own
+    yield
