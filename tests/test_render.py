@@ -310,7 +310,10 @@ def _check_collapsed_inputs(driver: object, docname: str) -> list[str]:
         code = cell.find_element(By.CSS_SELECTOR, ".cell_input pre")
         if code.is_displayed():
             problems.append(f"{docname}: a hide-input cell is shown expanded")
-        details[0].find_element(By.TAG_NAME, "summary").click()
+        summary = details[0].find_element(By.TAG_NAME, "summary")
+        # A real click, in the middle of the window: at the top the theme's sticky header would take it.
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)  # type: ignore[attr-defined]
+        summary.click()
         try:  # the theme animates the opening
             WebDriverWait(driver, 5).until(lambda _, code=code: shown([code]))
         except TimeoutException:
