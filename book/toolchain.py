@@ -87,7 +87,29 @@ def toolchain_key() -> str:
         subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
         for compiler in sorted({"c++", unit_compiler()})
     ]
-    return _digest(torch.__version__, *versions, *compile_flags(), *unit_flags(False), *unit_flags(True))
+    return _digest(
+        torch.__version__,
+        _headers_identity(),
+        *versions,
+        *compile_flags(),
+        *unit_flags(False),
+        *unit_flags(True),
+    )
+
+
+def _headers_identity() -> str:
+    """Which installation of PyTorch's headers this is, not only which version.
+
+    A precompiled header remembers the header files it holds by identity: after
+    torch is reinstalled (a new venv at the same path, as on a CI machine),
+    Clang accepts an old PCH whose contents still match but compiles a second
+    copy of every `#pragma once` header a unit includes beyond the prelude
+    ("redefinition of 'OptionalRef'"). The include directory's inode and mtime
+    change with every installation.
+    """
+    include = Path(torch.__file__).parent / "include"
+    stat = include.stat()
+    return f"{stat.st_ino}:{stat.st_mtime_ns}"
 
 
 @cache
