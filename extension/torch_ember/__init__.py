@@ -17,7 +17,19 @@ from __future__ import annotations
 
 import sys
 
-import torch
+
+def _autoload() -> None:
+    """The `torch.backends` entry point: `import torch` calls it (unless TORCH_DEVICE_BACKEND_AUTOLOAD=0).
+
+    Loading the entry point imports this package, which did all the work above;
+    the call itself has nothing left to do. torch reports an exception raised here
+    as "Failed to load the backend extension: ember" and `import torch` fails.
+    """
+
+
+# _autoload is defined before `import torch`: when `import torch_ember` comes first, importing torch runs
+# the entry point against this module while it is still initializing, and it must already be there.
+import torch  # noqa: E402
 
 BACKEND_NAME = "ember"
 
@@ -77,12 +89,3 @@ _register()
 # The Python custom operators (ember::soft_shrink, ember::soft_shrink_): after the renaming, so
 # their ember kernels are registered for the "ember" device type.
 from torch_ember import custom_ops  # noqa: E402,F401
-
-
-def _autoload() -> None:
-    """The `torch.backends` entry point: `import torch` calls it (unless TORCH_DEVICE_BACKEND_AUTOLOAD=0).
-
-    Loading the entry point imports this package, which did all the work above;
-    the call itself has nothing left to do. torch reports an exception raised here
-    as "Failed to load the backend extension: ember" and `import torch` fails.
-    """

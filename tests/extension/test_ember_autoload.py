@@ -80,6 +80,24 @@ def test_import_torch_alone_loads_ember() -> None:
     assert facts["profiler"] == "ProfilerActivity.EMBER"
 
 
+def test_importing_the_package_first_with_autoload_on_works() -> None:
+    # `import torch_ember` imports torch, whose autoload then loads this same entry point from the
+    # package while it is still initializing (`python -m torch_ember.bench` does exactly this).
+    facts = facts_of(
+        fresh(
+            """
+            import json
+            import torch_ember
+            import torch
+            print(json.dumps({"device": str(torch.ones(1, device="ember").device),
+                              "accelerator": str(torch.accelerator.current_accelerator())}))
+            """,
+            autoload=True,
+        )
+    )
+    assert facts == {"device": "ember:0", "accelerator": "ember"}
+
+
 def test_autoload_off_leaves_ember_out_until_imported() -> None:
     facts = facts_of(
         fresh(
