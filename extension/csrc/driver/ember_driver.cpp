@@ -1122,6 +1122,19 @@ emError_t emMemGetStats(int device, emMemStats* stats) {
   return emSuccess;
 }
 
+emError_t emMemGetInfo(int device, size_t* free, size_t* total) {
+  clear_detail();
+  if (!valid_device(device)) return invalid_device(device);
+  if (free == nullptr || total == nullptr) return emErrorInvalidValue;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.ranges_mutex);
+  size_t unused = 0;
+  for (const auto& range : s.free_lists[device].ranges) unused += range.second;
+  *free = unused;
+  *total = s.region.capacity;
+  return emSuccess;
+}
+
 emError_t emMemResetPeak(int device) {
   if (!valid_device(device)) return invalid_device(device);
   std::lock_guard<std::mutex> lock(state().mutex);

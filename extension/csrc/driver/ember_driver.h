@@ -264,6 +264,16 @@ emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
 emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
                                  emSyncEvent_t end);
 
+// ---------------------------------------------------------------------------
+// Capacity, for a caching allocator above the driver and for
+// torch.accelerator.get_memory_info: like cudaMemGetInfo, *total = the
+// device's capacity (4 GiB unless EMBER_DEVICE_MEMORY_BYTES says otherwise),
+// *free = the bytes of it that no allocation holds (memory that queued work
+// still uses counts as held). Free bytes may be fragmented: one emMalloc of
+// that size is not promised to fit.
+// ---------------------------------------------------------------------------
+emError_t emMemGetInfo(int device, size_t* free, size_t* total);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

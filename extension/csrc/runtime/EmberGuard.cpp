@@ -1,12 +1,15 @@
 // The device guard: how PyTorch asks "which ember device and stream are
 // current?", switches them for the duration of an operation, and works with
 // the driver's streams and events.
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "runtime/EmberCheck.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin device_guard
+#include <c10/core/CachingDeviceAllocator.h> // c10::DeviceAllocator
+
 namespace ember {
 
 // The pool of streams that torch.Stream() draws from (stream_pool).
@@ -196,12 +199,18 @@ struct EmberGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   // Tensor.record_stream(s) ends here: memory allocated on one stream is
   // used on `stream`. A caching allocator must not hand it out again before
-  // the work queued there has run. ember's allocator caches nothing, and the
-  // driver itself holds freed memory back until the queued work that uses it
-  // has run, so there is nothing to remember: only the stream is checked.
-  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/,
+  // the work queued there has run, so it is told (a c10::DeviceAllocator
+  // has recordStream; the end of this chapter builds one). Chapter 1's
+  // allocator caches nothing, and the driver itself holds freed memory back
+  // until the queued work that uses it has run: then only the stream is
+  // checked.
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr,
                              const c10::Stream& stream) const override {
     (void)queryStream(stream);
+    auto* allocator = c10::GetAllocator(static_type);
+    if (auto* caching = dynamic_cast<c10::DeviceAllocator*>(allocator)) {
+      caching->recordStream(data_ptr, stream);
+    }
   }
 };
 

@@ -1,0 +1,398 @@
+// The device cache behind ember's allocator: freed blocks are kept and handed
+// out again without a driver call, as CUDA's caching allocator does.
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Stream.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/EmberCheck.h"
+#include "driver/ember_driver.h"
+
+// ember-book: begin device_cache
+#include <c10/core/CachingDeviceAllocator.h> // DeviceStats, StatArray
+
+namespace ember {
+
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::StatArray;
+using c10::CachingDeviceAllocator::StatType;
+
+// Sizes. Every block is a multiple of 512 bytes. Requests up to 1 MiB are
+// "small": they share 2 MiB segments (one driver allocation each), so a burst
+// of small tensors costs one driver call. Larger ones get a segment of their
+// own, rounded to 2 MiB, whose unused tail can serve the next request.
+constexpr size_t kBlockRound = 512;
+constexpr size_t kSmallRequest = size_t{1} << 20;
+constexpr size_t kSegmentRound = size_t{2} << 20;
+// Splitting a large block leaves a remainder only if it is worth keeping.
+constexpr size_t kMinLargeRemainder = size_t{1} << 20;
+
+// A block is a piece of a segment. The blocks of one segment form a list
+// in address order, so that a freed block merges with free neighbours.
+struct Block {
+  int device;
+  emStream_t stream; // the stream current when it was allocated
+  bool small;        // which pool
+  size_t size;       // multiple of kBlockRound
+  size_t requested = 0;
+  char* ptr;
+  bool allocated = false;
+  Block* prev = nullptr; // neighbours in the segment
+  Block* next = nullptr;
+  // record_stream: other streams that used the block. On free, one event is
+  // recorded on each; the block is reused only when all have completed.
+  std::set<std::pair<int, emStream_t>> stream_uses;
+  int pending_events = 0;
+};
+
+// Free blocks are found by (stream, size): the smallest block of the same
+// stream that is large enough. A block freed on one stream is never handed
+// to another: work queued there may still use it.
+struct BySizeOnStream {
+  bool operator()(const Block* a, const Block* b) const {
+    return std::tie(a->stream, a->size, a->ptr) <
+        std::tie(b->stream, b->size, b->ptr);
+  }
+};
+using FreeBlocks = std::set<Block*, BySizeOnStream>;
+
+struct DeviceCache {
+  FreeBlocks small_free, large_free;
+  std::vector<std::pair<emSyncEvent_t, Block*>> pending; // record_stream
+  DeviceStats stats;
+};
+
+// Stats are kept for all blocks and for the pool the block belongs to.
+void updateStat(StatArray& stat, bool small, int64_t amount) {
+  for (const auto type :
+       {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
+    auto& s = stat[static_cast<size_t>(type)];
+    amount >= 0 ? s.increase(amount) : s.decrease(-amount);
+  }
+}
+
+class Cache {
+ public:
+  // Returns a block of at least `nbytes` on (device, stream), or nullptr if
+  // the driver has no room even after the cache gave back what it holds.
+  Block* malloc(size_t nbytes, int device, emStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceCache& cache = devices_[device];
+    processEvents(cache);
+    const size_t size = roundSize(nbytes);
+    const bool small = size <= kSmallRequest;
+    Block key{device, stream, small, size, 0, nullptr};
+    FreeBlocks& pool = small ? cache.small_free : cache.large_free;
+    Block* block = nullptr;
+    auto it = pool.lower_bound(&key);
+    if (it != pool.end() && (*it)->stream == stream) {
+      block = *it; // a hit: no driver call
+      eraseFree(cache, block);
+    } else {
+      block = newSegment(cache, device, stream, small, size);
+      if (block == nullptr) {
+        return nullptr;
+      }
+    }
+    block = split(cache, block, size);
+    block->allocated = true;
+    block->requested = nbytes;
+    active_.emplace(block->ptr, block);
+    updateStat(cache.stats.allocation, small, 1);
+    updateStat(cache.stats.allocated_bytes, small, block->size);
+    updateStat(cache.stats.active, small, 1);
+    updateStat(cache.stats.active_bytes, small, block->size);
+    updateStat(cache.stats.requested_bytes, small, nbytes);
+    return block;
+  }
+
+  // The deleter's half: must not throw.
+  void free(void* ptr) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = active_.find(ptr);
+    if (it == active_.end()) {
+      return; // not ours (the caller checked the deleter): nothing to do
+    }
+    Block* block = it->second;
+    active_.erase(it);
+    DeviceCache& cache = devices_[block->device];
+    block->allocated = false;
+    updateStat(cache.stats.allocation, block->small, -1);
+    updateStat(cache.stats.allocated_bytes, block->small, -int64_t(block->size));
+    updateStat(cache.stats.requested_bytes, block->small,
+               -int64_t(block->requested));
+    if (!block->stream_uses.empty()) {
+      // Another stream may still have work queued on this memory: mark the
+      // point it has reached, and keep the block until it gets there.
+      for (const auto& [device, stream] : block->stream_uses) {
+        emSyncEvent_t event = 0;
+        if (emSyncEventCreate(device, &event, emSyncEventDisableTiming) !=
+                emSuccess ||
+            emSyncEventRecord(event, device, stream) != emSuccess) {
+          (void)emDeviceSynchronize(device); // cannot mark: wait instead
+          if (event != 0) {
+            (void)emSyncEventDestroy(event);
+          }
+          continue;
+        }
+        cache.pending.emplace_back(event, block);
+        ++block->pending_events;
+      }
+      block->stream_uses.clear();
+      if (block->pending_events > 0) {
+        return; // still active: released by processEvents
+      }
+    }
+    release(cache, block);
+  }
+
+  void recordStream(void* ptr, c10::Stream stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = active_.find(ptr);
+    if (it == active_.end()) {
+      return; // memory of a view's base, or not from this allocator
+    }
+    Block* block = it->second;
+    if (stream.device_index() == block->device && stream.id() == block->stream) {
+      return; // its own stream: stream order already protects it
+    }
+    block->stream_uses.emplace(stream.device_index(), stream.id());
+  }
+
+  // Gives every cached segment that is wholly free back to the driver, after
+  // waiting for the record_stream events still pending.
+  void emptyCache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [device, cache] : devices_) {
+      for (const auto& [event, block] : cache.pending) {
+        (void)emSyncEventSynchronize(event);
+      }
+      processEvents(cache);
+      releaseSegments(cache);
+    }
+  }
+
+  DeviceStats stats(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return devices_[device].stats;
+  }
+
+  void resetPeak(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = devices_[device].stats;
+    for (StatArray* stat : statArrays(s)) {
+      for (auto& one : *stat) {
+        one.reset_peak();
+      }
+    }
+  }
+
+  void resetAccumulated(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = devices_[device].stats;
+    for (StatArray* stat : statArrays(s)) {
+      for (auto& one : *stat) {
+        one.reset_accumulated();
+      }
+    }
+    s.num_alloc_retries = s.num_ooms = 0;
+    s.num_device_alloc = s.num_device_free = 0;
+  }
+
+  // The allocator counts the requests it could not satisfy.
+  void countOom(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++devices_[device].stats.num_ooms;
+  }
+
+ private:
+  static size_t roundSize(size_t nbytes) {
+    return std::max<size_t>(1, (nbytes + kBlockRound - 1) / kBlockRound) *
+        kBlockRound;
+  }
+
+  static std::vector<StatArray*> statArrays(DeviceStats& s) {
+    return {&s.allocation, &s.segment, &s.active, &s.inactive_split,
+            &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+            &s.inactive_split_bytes, &s.requested_bytes};
+  }
+
+  // A new segment from the driver. If it is full, the cache returns its free
+  // segments (on every stream) and tries once more.
+  Block* newSegment(DeviceCache& cache, int device, emStream_t stream,
+                    bool small, size_t size) {
+    const size_t bytes = small
+        ? kSegmentRound
+        : (size + kSegmentRound - 1) / kSegmentRound * kSegmentRound;
+    void* ptr = nullptr;
+    emError_t error = emMalloc(&ptr, bytes);
+    if (error == emErrorMemoryAllocation) {
+      ++cache.stats.num_alloc_retries;
+      releaseSegments(cache);
+      error = emMalloc(&ptr, bytes);
+    }
+    if (error == emErrorMemoryAllocation) {
+      return nullptr;
+    }
+    EMBER_CHECK(error);
+    ++cache.stats.num_device_alloc;
+    updateStat(cache.stats.segment, small, 1);
+    updateStat(cache.stats.reserved_bytes, small, bytes);
+    return new Block{device, stream, small, bytes, 0, static_cast<char*>(ptr)};
+  }
+
+  // Cuts `size` bytes off the front of a free block; the rest stays cached.
+  Block* split(DeviceCache& cache, Block* block, size_t size) {
+    const size_t rest = block->size - size;
+    if (rest < (block->small ? kBlockRound : kMinLargeRemainder)) {
+      return block; // too little to keep apart: the block is used whole
+    }
+    auto* remainder = new Block{block->device, block->stream, block->small,
+                                rest, 0, block->ptr + size};
+    remainder->prev = block;
+    remainder->next = block->next;
+    if (block->next != nullptr) {
+      block->next->prev = remainder;
+    }
+    block->next = remainder;
+    block->size = size;
+    insertFree(cache, remainder);
+    return block;
+  }
+
+  // A block nobody uses any more: merge it with free neighbours, cache it.
+  void release(DeviceCache& cache, Block* block) {
+    updateStat(cache.stats.active, block->small, -1);
+    updateStat(cache.stats.active_bytes, block->small, -int64_t(block->size));
+    for (Block* neighbour : {block->prev, block->next}) {
+      if (neighbour == nullptr || neighbour->allocated ||
+          neighbour->pending_events > 0) {
+        continue;
+      }
+      eraseFree(cache, neighbour);
+      if (neighbour == block->prev) {
+        block->ptr = neighbour->ptr;
+        block->prev = neighbour->prev;
+        if (block->prev != nullptr) {
+          block->prev->next = block;
+        }
+      } else {
+        block->next = neighbour->next;
+        if (block->next != nullptr) {
+          block->next->prev = block;
+        }
+      }
+      block->size += neighbour->size;
+      delete neighbour;
+    }
+    insertFree(cache, block);
+  }
+
+  // A free block with a neighbour in its segment is an "inactive split":
+  // cached, but not returnable to the driver on its own.
+  void insertFree(DeviceCache& cache, Block* block) {
+    (block->small ? cache.small_free : cache.large_free).insert(block);
+    if (block->prev != nullptr || block->next != nullptr) {
+      updateStat(cache.stats.inactive_split, block->small, 1);
+      updateStat(cache.stats.inactive_split_bytes, block->small, block->size);
+    }
+  }
+
+  void eraseFree(DeviceCache& cache, Block* block) {
+    (block->small ? cache.small_free : cache.large_free).erase(block);
+    if (block->prev != nullptr || block->next != nullptr) {
+      updateStat(cache.stats.inactive_split, block->small, -1);
+      updateStat(cache.stats.inactive_split_bytes, block->small,
+                 -int64_t(block->size));
+    }
+  }
+
+  // Blocks freed after record_stream: release those whose streams have
+  // reached the events recorded at free time.
+  void processEvents(DeviceCache& cache) {
+    auto& pending = cache.pending;
+    for (size_t i = 0; i < pending.size();) {
+      int done = 1;
+      (void)emSyncEventQuery(pending[i].first, &done);
+      if (done == 0) {
+        ++i;
+        continue;
+      }
+      (void)emSyncEventDestroy(pending[i].first);
+      Block* block = pending[i].second;
+      pending[i] = pending.back();
+      pending.pop_back();
+      if (--block->pending_events == 0) {
+        release(cache, block);
+      }
+    }
+  }
+
+  // Every whole free segment goes back to the driver.
+  void releaseSegments(DeviceCache& cache) {
+    for (FreeBlocks* pool : {&cache.small_free, &cache.large_free}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* block = *it;
+        if (block->prev != nullptr || block->next != nullptr) {
+          ++it;
+          continue;
+        }
+        it = pool->erase(it);
+        (void)emFree(block->ptr);
+        ++cache.stats.num_device_free;
+        updateStat(cache.stats.segment, block->small, -1);
+        updateStat(cache.stats.reserved_bytes, block->small,
+                   -int64_t(block->size));
+        delete block;
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<int, DeviceCache> devices_;
+  std::unordered_map<void*, Block*> active_; // allocated blocks by address
+};
+
+// Leaked on purpose: tensors may be freed after this library's statics.
+Cache& deviceCache() {
+  static auto* cache = new Cache;
+  return *cache;
+}
+
+// What the allocator calls (allocator).
+void* cacheAllocate(size_t nbytes, int device, emStream_t stream) {
+  Block* block = deviceCache().malloc(nbytes, device, stream);
+  return block == nullptr ? nullptr : block->ptr;
+}
+void cacheFree(void* ptr) noexcept {
+  deviceCache().free(ptr);
+}
+void cacheRecordStream(void* ptr, c10::Stream stream) {
+  deviceCache().recordStream(ptr, stream);
+}
+void cacheEmpty() {
+  deviceCache().emptyCache();
+}
+DeviceStats cacheStats(int device) {
+  return deviceCache().stats(device);
+}
+void cacheResetPeak(int device) {
+  deviceCache().resetPeak(device);
+}
+void cacheResetAccumulated(int device) {
+  deviceCache().resetAccumulated(device);
+}
+void cacheCountOom(int device) {
+  deviceCache().countOom(device);
+}
+
+} // namespace ember
+// ember-book: end device_cache
