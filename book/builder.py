@@ -289,12 +289,27 @@ def _forget_cached_operators(namespaces: set[str]) -> None:
         namespace._dir.clear()
 
 
+def _return_cached_memory() -> None:
+    """Chapter 09's caching allocator keeps freed blocks as driver allocations: hand them back first.
+
+    Chapter 01's allocator is not a c10::DeviceAllocator (it caches nothing), and then torch.accelerator
+    refuses to ask it; with no build loaded there is no allocator at all.
+    """
+    try:
+        if torch._C._accelerator_isAllocatorInitialized():
+            torch.accelerator.empty_cache()
+    except RuntimeError:
+        pass
+
+
 def _unload(build: Build) -> None:
     gc.collect()  # tensors in reference cycles would otherwise still hold memory
+    _return_cached_memory()
     count, nbytes = live_device_allocations()
     if count:
         _forget_last_error()
         gc.collect()
+        _return_cached_memory()
         count, nbytes = live_device_allocations()
     if count:
         raise compile_errors.BackendInUseError(

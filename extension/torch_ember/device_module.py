@@ -457,6 +457,162 @@ def _sleep(microseconds: int) -> None:
     driver.sleep(microseconds, device, driver.current_stream(device))
 
 
+# -- Memory: the caching allocator (chapter 09) ----------------------------------------------
+
+# The allocator at the end of chapter 09 is a c10::DeviceAllocator, so torch.accelerator's memory
+# functions read its statistics. These replace the driver-counter versions of "Memory" above (chapter 01
+# shows those); with chapter 01's allocator, which is not a DeviceAllocator, they still answer from the
+# driver, so every chapter's backend works with this module.
+
+__all__ += [
+    "get_allocator_backend",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+]
+
+
+def _caching() -> bool:
+    """Whether the loaded allocator is a c10::DeviceAllocator (the device cache)."""
+    try:
+        return torch._C._accelerator_isAllocatorInitialized()
+    except RuntimeError:  # "Allocator for <ember> is not a DeviceAllocator": chapter 01's
+        return False
+
+
+def get_allocator_backend() -> str:
+    """The allocator's name, as `torch.cuda.get_allocator_backend`: "native" for the device cache,
+    "driver" for chapter 01's allocator (every tensor one driver allocation)."""
+    return "native" if _caching() else "driver"
+
+
+def memory_stats(device: DeviceLike = None) -> dict[str, int]:
+    """The allocator's statistics for `device`, under `torch.cuda.memory_stats`' keys
+    ("allocated_bytes.all.current", "reserved_bytes.all.peak", "num_ooms", ...)."""
+    index = _device_index(device)
+    if not _caching():
+        stats = driver_memory_stats(index)
+        return {
+            "allocated_bytes.all.current": stats.bytes_in_use,
+            "allocated_bytes.all.peak": stats.peak_bytes_in_use,
+            "reserved_bytes.all.current": stats.bytes_in_use,
+            "reserved_bytes.all.peak": stats.peak_bytes_in_use,
+        }
+    return dict(torch.accelerator.memory_stats(index))
+
+
+def memory_allocated(device: DeviceLike = None) -> int:  # noqa: F811 (replaces "Memory" above)
+    """Bytes held by live ember tensors on `device` (blocks are rounded up to 512 bytes)."""
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device: DeviceLike = None) -> int:  # noqa: F811 (replaces "Memory" above)
+    """The peak of `memory_allocated(device)` since the process started or the last reset."""
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device: DeviceLike = None) -> int:  # noqa: F811 (replaces "Memory" above)
+    """Bytes the allocator holds from the driver on `device`: in use, or cached for reuse."""
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device: DeviceLike = None) -> int:
+    """The peak of `memory_reserved(device)` since the process started or the last reset."""
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device: DeviceLike = None) -> None:  # noqa: F811 (replaces "Memory" above)
+    """Reset the peaks (`max_memory_allocated`, `max_memory_reserved`) to the current values."""
+    index = _device_index(device)
+    if _caching():
+        torch.accelerator.reset_peak_memory_stats(index)
+    else:
+        _the_driver().reset_peak(index)
+
+
+def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
+    """Reset the running totals of `memory_stats` (".allocated", ".freed", "num_ooms", ...)."""
+    if _caching():
+        torch.accelerator.reset_accumulated_memory_stats(_device_index(device))
+
+
+def empty_cache() -> None:  # noqa: F811 (replaces "Memory" above)
+    """Give every cached block that no tensor uses back to the driver (then `memory_reserved` drops).
+    Memory of live tensors stays where it is."""
+    if _caching():
+        torch.accelerator.empty_cache()
+
+
+def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
+    """(free, total) bytes of `device` as the driver sees them, like `torch.cuda.mem_get_info`: the
+    total is the capacity (EMBER_DEVICE_MEMORY_BYTES, default 4 GiB); cached blocks count as used."""
+    index = _device_index(device)
+    if _caching():
+        return torch.accelerator.get_memory_info(index)
+    raise RuntimeError("ember: mem_get_info needs the caching allocator (the end of chapter 09)")
+
+
+def _format_bytes(count: int) -> str:
+    for unit in ("B  ", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:7d} {unit}" if unit == "B  " else f"{count:7.2f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A table of `memory_stats(device)`, as `torch.cuda.memory_summary` prints: current, peak,
+    allocated and freed totals of the allocator's bytes and counts. `abbreviated` keeps the totals
+    over both pools; otherwise the small (<= 1 MiB) and large pools get a line each too."""
+    index = _device_index(device)
+    stats = memory_stats(index)
+    pools = ["all"] if abbreviated else ["all", "small_pool", "large_pool"]
+    rows = [
+        ("Allocated memory", "allocated_bytes", True),
+        ("Active memory", "active_bytes", True),
+        ("Requested memory", "requested_bytes", True),
+        ("Reserved memory", "reserved_bytes", True),
+        ("Cached split memory", "inactive_split_bytes", True),
+        ("Allocations", "allocation", False),
+        ("Active allocations", "active", False),
+        ("Segments (driver allocations)", "segment", False),
+    ]
+    columns = ("current", "peak", "allocated", "freed")
+    width = 78
+    lines = [
+        "=" * width,
+        f" ember memory summary, device {index} ({get_allocator_backend()} allocator)".ljust(width),
+        "-" * width,
+        f"{'Metric':<32}" + "".join(f"{name.capitalize():>11}" for name in ("cur", "peak", "alloc", "freed")),
+        "-" * width,
+    ]
+    for label, key, is_bytes in rows:
+        if f"{key}.all.current" not in stats:
+            continue
+        for pool in pools:
+            name = label if pool == "all" else f"  from {pool.replace('_', ' ')}"
+            values = [stats.get(f"{key}.{pool}.{column}", 0) for column in columns]
+            cells = [_format_bytes(v).strip() if is_bytes else str(v) for v in values]
+            lines.append(f"{name:<32}" + "".join(f"{cell:>11}" for cell in cells))
+    lines.append("-" * width)
+    for key in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
+        if key in stats:
+            lines.append(f"{key:<32}{stats[key]:>11}")
+    lines.append("=" * width)
+    return "\n".join(lines)
+
+
+def _is_in_bad_fork() -> bool:  # noqa: F811 (replaces "Memory" above)
+    """True in a child process forked after ember was used in its parent: ember refuses to run there
+    (use the 'spawn' start method). torch.manual_seed asks, and then leaves ember's generators alone.
+    Replaces the definition above, from before chapter 09's fork guard."""
+    if torch._C._dispatch_has_kernel("ember::_in_bad_fork"):
+        return bool(torch.ops.ember._in_bad_fork())
+    return False
+
+
 # -- Chapter 10: storages and serialization --------------------------------------------------
 
 # A tensor's storage format (chapter 10) is backend metadata on its TensorImpl. Python reaches
