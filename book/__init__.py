@@ -22,7 +22,7 @@ from book.compile_errors import BackendInUseError, CppBuildError
 from book.driver import device_module
 from book.extension_modules import extension_path
 from book.isolated import run_isolated
-from book.widgets import BACKEND_FALLBACK, Trace, show_table, snapshot, trace
+from book.widgets import BACKEND_FALLBACK, Trace, show_by_chapter, show_table, snapshot, trace
 
 __all__ = [
     "BACKEND_FALLBACK",
@@ -34,6 +34,7 @@ __all__ = [
     "device_module",
     "loaded",
     "run_isolated",
+    "show_by_chapter",
     "show_table",
     "snapshot",
     "extension_path",

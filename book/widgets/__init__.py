@@ -8,12 +8,17 @@
   that, inferred from the dispatch table and marked so), the kernel that ran,
   and the ember device's mallocs, frees, copies and launches. Data:
   `dispatch_trace` (the returned object is a `Trace`); views: `trace_view`.
+* ``show_by_chapter()``: the finished backend's dispatch table at ember's keys,
+  grouped by the chapter whose code registered each entry (read from the
+  dispatcher's ``registered at`` locations). Data: `by_chapter`; view:
+  `by_chapter_view`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from book.widgets.by_chapter_view import DispatchTableByChapter
 from book.widgets.dispatch_trace import (
     BACKEND_FALLBACK,
     COMPOSITE_EXPLICIT,
@@ -44,12 +49,14 @@ __all__ = [
     "Call",
     "DeviceEvent",
     "DispatchTable",
+    "DispatchTableByChapter",
     "DispatchTrace",
     "Entry",
     "Snapshot",
     "Step",
     "Trace",
     "entry",
+    "show_by_chapter",
     "show_table",
     "snapshot",
     "trace",
@@ -77,3 +84,11 @@ def show_table(
         print(table.text())
         return
     display(table)
+
+
+def show_by_chapter(ops: Iterable[str] | None = None) -> DispatchTableByChapter:
+    """The dispatch table of every operator (or `ops`) at ember's keys, grouped by chapter.
+
+    Returned, so that a cell ending with it displays it (text outside IPython).
+    """
+    return DispatchTableByChapter(ops)
