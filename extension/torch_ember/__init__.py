@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import sys
 
+# The package's one version number: pyproject.toml reads it from here (a literal, so setuptools
+# reads it without importing the package).
+__version__ = "0.1.0"
+
 
 def _autoload() -> None:
     """The `torch.backends` entry point: `import torch` calls it (unless TORCH_DEVICE_BACKEND_AUTOLOAD=0).

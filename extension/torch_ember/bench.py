@@ -1,110 +1,387 @@
-"""Operator benchmark of the finished backend: ember against the CPU, side by side.
+"""The finished backend's benchmark: ember against the CPU and the host's limits, side by side.
 
     python -m torch_ember.bench [--json PATH] [--repeat N]
 
-Every figure is a ratio of two medians measured in the same run, interleaved
-(one CPU call, one ember call, ...), so machine load affects both sides alike.
-Absolute times are printed for context only; the ratios are the result.
+Every figure is a ratio of two medians measured in the same run, interleaved (one call of
+each side in turn, round after round), so machine load affects both sides alike. Every timed
+ember call ends with `torch.ember.synchronize()`, so its work is finished, not only queued.
+The CPU uses as many threads as torch gives it by default. Absolute times are printed for
+context only; the ratios are the result. `--repeat` scales the rounds of every measurement
+(the default takes about half a minute on 2 cores).
 
-Keys (stable, also written by ``--json``):
+Stable keys (also written by ``--json``). Time ratios: ember / reference, lower is better.
 
-- ``add_1m_vs_cpu``: ``torch.add(a, b, out=c)`` on 1M float32, ember / CPU.
-- ``add_1m_alloc_vs_cpu``: ``a + b`` (allocates its result), ember / CPU.
-- ``latency_1elem_vs_cpu``: ``a + b`` on one element, ember / CPU.
-- ``fallback_vs_native_<n>``: ``a + b`` through the CPU fallback / native, for
-  n float32 elements (the native kernel should win from 4K up).
+- ``add_1m_vs_cpu``: ``torch.add(a, b, out=c)``, 1M float32, ember / CPU (target <= 1.2).
+- ``add_1m_alloc_vs_cpu``: ``a + b`` (allocates its result), 1M float32, ember / CPU.
+- ``latency_1elem_vs_cpu``: ``a + b`` on one element, ember / CPU (aim <= 3).
+- ``fallback_vs_native_1m``, ``fallback_vs_native_1k``: ``a + b`` through the CPU fallback
+  (``torch_ember._C._fallback_add``) / ember's kernel, 1M and 1K float32 elements.
+- ``mlp_step_vs_cpu``, ``cnn_step_vs_cpu``: one training step of the shared models (see
+  `mlp` and `cnn`: forward, cross entropy, backward, SGD with momentum, ``zero_grad``),
+  ember / CPU, same initial weights and batch (target <= 1.5).
+
+Bandwidth ratios: ember's / the host's, higher is better.
+
+- ``h2d_vs_memcpy``, ``d2h_vs_memcpy``: a 64 MiB ``copy_`` from pinned host memory to ember,
+  and back, against a host ``memcpy`` (libc's, through ``ctypes.memmove``) between two pinned
+  buffers of the same size (target >= 0.8). ``h2d_async_vs_memcpy``: the host-to-device copy
+  with ``non_blocking=True``, then ``synchronize``.
+
+Speedup: ``cached_alloc_speedup``, the time of 1 MiB allocate+free pairs through the raw
+driver (``emMalloc``/``emFree``) over the same pairs through the allocator PyTorch uses for
+ember tensors (``c10::GetAllocator``), both timed in C++ (target >= 10).
+``cached_alloc_used_speedup``: the same with a kernel writing every page of the block before it
+is freed: the driver returns freed pages to the OS, so fresh driver memory faults them in again,
+while a cached block keeps them.
+
+Counts: ``fallback_calls_mlp_step``, ``fallback_calls_cnn_step``: the calls that reach the
+CPU fallback during one training step (after warm-up). The count comes from a check
+registered with the fallback itself (csrc/python/EmberBenchSupport.cpp), so it counts every
+call the fallback runs, also the ones made from inside other kernels (composite kernels,
+backward formulas), and nothing else: an operator with an ember kernel, a stub, or a
+composite that decomposes into ember kernels is not counted (target 0). The table lists the
+operators that fell back.
+
+Context keys (microseconds, GB/s) end in ``_us`` or ``_gbps``; ``load_average`` is the
+machine's 1-minute load average when the run ended (other processes slow the CPU side more
+than ember's: a CPU operator that splits its work over all cores waits for the busiest one).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import math
+import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import torch_ember
 
-FALLBACK_SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
+COPY_BYTES = 64 << 20
+ALLOC_BYTES = 1 << 20
+ALLOC_PAIRS = 200  # allocate+free pairs per timed block
 
 
-def _median_pair(
-    first: Callable[[], object], second: Callable[[], object], repeat: int
-) -> tuple[float, float]:
-    """Median seconds of `first` and `second`, interleaved call by call."""
-    for _ in range(max(3, repeat // 10)):  # warm up both
-        first()
-        second()
-    times_first: list[float] = []
-    times_second: list[float] = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        first()
-        middle = time.perf_counter()
-        second()
-        torch_ember.device_module.synchronize()
-        end = time.perf_counter()
-        times_first.append(middle - start)
-        times_second.append(end - middle)
-    return statistics.median(times_first), statistics.median(times_second)
+@dataclass(frozen=True)
+class Target:
+    """A key's target: `value <= bound` (`at_most`) or `value >= bound`."""
+
+    bound: float
+    at_most: bool
+
+    def met(self, value: float) -> bool:
+        return value <= self.bound if self.at_most else value >= self.bound
+
+    def __str__(self) -> str:
+        return f"{'<=' if self.at_most else '>='} {self.bound:g}"
 
 
-def _pair(numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+TARGETS: dict[str, Target] = {
+    "add_1m_vs_cpu": Target(1.2, at_most=True),
+    "latency_1elem_vs_cpu": Target(3.0, at_most=True),
+    "h2d_vs_memcpy": Target(0.8, at_most=False),
+    "d2h_vs_memcpy": Target(0.8, at_most=False),
+    "cached_alloc_speedup": Target(10.0, at_most=False),
+    "mlp_step_vs_cpu": Target(1.5, at_most=True),
+    "cnn_step_vs_cpu": Target(1.5, at_most=True),
+    "fallback_calls_mlp_step": Target(0, at_most=True),
+    "fallback_calls_cnn_step": Target(0, at_most=True),
+}
+
+STABLE_KEYS = (
+    "add_1m_vs_cpu",
+    "latency_1elem_vs_cpu",
+    "fallback_vs_native_1m",
+    "h2d_vs_memcpy",
+    "d2h_vs_memcpy",
+    "cached_alloc_speedup",
+    "mlp_step_vs_cpu",
+    "cnn_step_vs_cpu",
+    "fallback_calls_mlp_step",
+    "fallback_calls_cnn_step",
+)
+
+
+# -- Timing -------------------------------------------------------------------------------
+
+
+def _synchronize() -> None:
+    torch_ember.device_module.synchronize()
+
+
+def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[float]:
+    """Median seconds of each call, timed in turn within each round (ember's synchronized)."""
+    for _ in range(warmup):
+        for call in calls:
+            call()
+            _synchronize()
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(max(1, rounds)):
+        for call, samples in zip(calls, times, strict=True):
+            start = time.perf_counter()
+            call()
+            _synchronize()
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
+
+
+def _pair(numel: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(numel)
-    return torch.rand(numel, generator=generator), torch.rand(numel, generator=generator)
+    a, b = torch.rand(numel, generator=generator), torch.rand(numel, generator=generator)
+    return a.to(device), b.to(device)
 
 
-def measure(repeat: int = 200) -> dict[str, float]:
-    """Run every benchmark once; return the ratios under their stable keys (plus `_us` context)."""
-    results: dict[str, float] = {}
+# -- Operators --------------------------------------------------------------------------------
+
+
+def _measure_add(repeat: int, results: dict[str, float]) -> None:
     a, b = _pair(1 << 20)
     ea, eb = a.to("ember"), b.to("ember")
     out, eout = torch.empty_like(a), torch.empty_like(ea)
-    cpu, ember = _median_pair(lambda: torch.add(a, b, out=out), lambda: torch.add(ea, eb, out=eout), repeat)
+    cpu, ember = interleaved([lambda: torch.add(a, b, out=out), lambda: torch.add(ea, eb, out=eout)], repeat)
     results["add_1m_vs_cpu"] = ember / cpu
     results["add_1m_cpu_us"] = cpu * 1e6
-    cpu, ember = _median_pair(lambda: a + b, lambda: ea + eb, repeat)
+    cpu, ember = interleaved([lambda: a + b, lambda: ea + eb], repeat)
     results["add_1m_alloc_vs_cpu"] = ember / cpu
 
     one, eone = torch.ones(1), torch.ones(1, device="ember")
-    cpu, ember = _median_pair(lambda: one + one, lambda: eone + eone, repeat * 5)
+    cpu, ember, sync = interleaved([lambda: one + one, lambda: eone + eone, lambda: None], repeat * 5)
     results["latency_1elem_vs_cpu"] = ember / cpu
     results["latency_1elem_cpu_us"] = cpu * 1e6
+    results["latency_1elem_ember_us"] = ember * 1e6
+    results["synchronize_us"] = sync * 1e6  # included in every ember figure (and in the CPU's, idle)
 
     fallback_add = torch_ember._C._fallback_add
-    for numel in FALLBACK_SIZES:
-        x, y = (t.to("ember") for t in _pair(numel))
-        native, fallback = _median_pair(lambda x=x, y=y: x + y, lambda x=x, y=y: fallback_add(x, y), repeat)
-        results[f"fallback_vs_native_{numel}"] = fallback / native
+    for label, numel in (("1m", 1 << 20), ("1k", 1 << 10)):
+        x, y = _pair(numel, "ember")
+        native, fallback = interleaved([lambda x=x, y=y: x + y, lambda x=x, y=y: fallback_add(x, y)], repeat)
+        results[f"fallback_vs_native_{label}"] = fallback / native
+
+
+# -- Copies and the allocator ---------------------------------------------------------------
+
+
+def _measure_copies(repeat: int, results: dict[str, float]) -> None:
+    source = torch.ones(COPY_BYTES, dtype=torch.uint8, pin_memory=True)
+    host = torch.zeros(COPY_BYTES, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(COPY_BYTES, dtype=torch.uint8, device="ember")
+    memcpy, h2d, d2h, h2d_async = interleaved(
+        [
+            lambda: ctypes.memmove(host.data_ptr(), source.data_ptr(), COPY_BYTES),
+            lambda: device.copy_(source),
+            lambda: host.copy_(device),
+            lambda: device.copy_(source, non_blocking=True),
+        ],
+        max(3, repeat // 10),
+    )
+    results["h2d_vs_memcpy"] = memcpy / h2d
+    results["d2h_vs_memcpy"] = memcpy / d2h
+    results["h2d_async_vs_memcpy"] = memcpy / h2d_async
+    results["memcpy_gbps"] = COPY_BYTES / memcpy / 1e9
+
+
+def _support_library() -> ctypes.CDLL:
+    """The benchmark's C entry points, compiled into torch_ember._C (csrc/python/EmberBenchSupport.cpp)."""
+    lib = ctypes.CDLL(torch_ember._C.__file__)
+    lib.emberBenchAllocFree.argtypes = [
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_double),
+    ]
+    lib.emberBenchAllocFree.restype = ctypes.c_int
+    lib.emberBenchFallbackCalls.argtypes = []
+    lib.emberBenchFallbackCalls.restype = ctypes.c_uint64
+    lib.emberBenchRecordFallbackNames.argtypes = [ctypes.c_int]
+    lib.emberBenchRecordFallbackNames.restype = None
+    lib.emberBenchFallbackNames.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.emberBenchFallbackNames.restype = ctypes.c_size_t
+    return lib
+
+
+def _alloc_free_seconds(lib: ctypes.CDLL, raw: bool, touch: bool = False) -> float:
+    """Seconds per 1 MiB allocate+free pair (with every page written in between if `touch`)."""
+    seconds = ctypes.c_double(0.0)
+    if lib.emberBenchAllocFree(ALLOC_BYTES, ALLOC_PAIRS, int(raw), int(touch), ctypes.byref(seconds)) != 0:
+        path = "driver" if raw else "allocator"
+        raise RuntimeError(f"ember: the {ALLOC_BYTES}-byte allocate+free loop failed ({path})")
+    return seconds.value / ALLOC_PAIRS
+
+
+def _measure_allocator(repeat: int, results: dict[str, float]) -> None:
+    lib = _support_library()
+    for touch, key in ((False, "cached_alloc_speedup"), (True, "cached_alloc_used_speedup")):
+        # Interleaved like the rest, but timed by the C++ loop: a block of pairs through each, in turn.
+        cached_blocks: list[float] = []
+        raw_blocks: list[float] = []
+        _alloc_free_seconds(lib, raw=False, touch=touch)  # the first allocation fills the cache
+        for _ in range(max(5, repeat // 10)):
+            cached_blocks.append(_alloc_free_seconds(lib, raw=False, touch=touch))
+            raw_blocks.append(_alloc_free_seconds(lib, raw=True, touch=touch))
+        cached, raw = statistics.median(cached_blocks), statistics.median(raw_blocks)
+        results[key] = raw / cached
+        suffix = "_used" if touch else ""
+        results[f"alloc_free{suffix}_cached_us"] = cached * 1e6
+        results[f"alloc_free{suffix}_driver_us"] = raw * 1e6
+
+
+# -- Training steps ---------------------------------------------------------------------------
+
+
+def mlp() -> nn.Module:
+    """The shared MLP (notes of issue 8): batch 64 of 256 features, 10 classes."""
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def cnn() -> nn.Module:
+    """The shared CNN: batch 32 of 3x32x32 images, 10 classes."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(0.1),
+        nn.Linear(32, 10),
+    )
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
+    "mlp": (mlp, (64, 256)),
+    "cnn": (cnn, (32, 3, 32, 32)),
+}
+
+
+class TrainingStep:
+    """One training step of model `name` on `device`: forward, cross entropy, backward, SGD step,
+    `zero_grad(set_to_none=True)`. Every device starts from the same weights and batch."""
+
+    def __init__(self, name: str, device: str) -> None:
+        make, shape = MODELS[name]
+        torch.manual_seed(0)
+        model = make()
+        inputs, targets = torch.randn(shape), torch.randint(0, 10, (shape[0],))
+        self.model = model.to(device)
+        self.inputs, self.targets = inputs.to(device), targets.to(device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+
+    def __call__(self) -> None:
+        loss = F.cross_entropy(self.model(self.inputs), self.targets)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def fallback_calls(call: Callable[[], object]) -> tuple[int, list[str]]:
+    """The calls that reach ember's CPU fallback while `call` runs, and their operators in order."""
+    lib = _support_library()
+    _synchronize()
+    lib.emberBenchRecordFallbackNames(1)
+    before = lib.emberBenchFallbackCalls()
+    try:
+        call()
+        _synchronize()
+    finally:
+        after = lib.emberBenchFallbackCalls()
+        lib.emberBenchRecordFallbackNames(0)
+    size = lib.emberBenchFallbackNames(None, 0)
+    buffer = ctypes.create_string_buffer(size)
+    lib.emberBenchFallbackNames(buffer, size)
+    return after - before, buffer.value.decode().split()
+
+
+def _measure_steps(repeat: int, results: dict[str, float], fallback_ops: dict[str, list[str]]) -> None:
+    for name in MODELS:
+        cpu_step, ember_step = TrainingStep(name, "cpu"), TrainingStep(name, "ember")
+        cpu, ember = interleaved([cpu_step, ember_step], max(3, repeat // 10))
+        results[f"{name}_step_vs_cpu"] = ember / cpu
+        results[f"{name}_step_cpu_us"] = cpu * 1e6
+        count, names = fallback_calls(ember_step)  # after interleaved's warm-up: a steady step
+        results[f"fallback_calls_{name}_step"] = count
+        fallback_ops[name] = names
+
+
+def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None) -> dict[str, float]:
+    """Run every benchmark once; the figures under their keys (`fallback_ops` gets the operators that fell back)."""
+    results: dict[str, float] = {}
+    torch_ember.device_module.set_device(0)
+    _measure_add(repeat, results)
+    _measure_copies(repeat, results)
+    _measure_allocator(repeat, results)
+    _measure_steps(repeat, results, fallback_ops if fallback_ops is not None else {})
+    results["load_average"] = os.getloadavg()[0]
     return results
 
 
-def _table(results: dict[str, float]) -> str:
-    rows = [
-        ("add, 1M float32, out= (ember / CPU)", "add_1m_vs_cpu"),
-        ("add, 1M float32, a + b (ember / CPU)", "add_1m_alloc_vs_cpu"),
-        ("add, 1 element (ember / CPU)", "latency_1elem_vs_cpu"),
-    ]
-    rows += [(f"fallback / native add, {n} elements", f"fallback_vs_native_{n}") for n in FALLBACK_SIZES]
-    width = max(len(label) for label, _ in rows)
-    lines = [f"{label:<{width}}  {results[key]:6.2f}x" for label, key in rows]
+# -- Report -----------------------------------------------------------------------------------
+
+ROWS = [
+    ("add, 1M float32, out= (ember / CPU)", "add_1m_vs_cpu"),
+    ("add, 1M float32, a + b (ember / CPU)", "add_1m_alloc_vs_cpu"),
+    ("add, 1 element (ember / CPU)", "latency_1elem_vs_cpu"),
+    ("add, 1M: CPU fallback / native", "fallback_vs_native_1m"),
+    ("add, 1K: CPU fallback / native", "fallback_vs_native_1k"),
+    ("64 MiB pinned -> ember (memcpy = 1)", "h2d_vs_memcpy"),
+    ("64 MiB pinned -> ember, non_blocking (memcpy = 1)", "h2d_async_vs_memcpy"),
+    ("64 MiB ember -> pinned (memcpy = 1)", "d2h_vs_memcpy"),
+    ("1 MiB alloc+free: driver / allocator", "cached_alloc_speedup"),
+    ("1 MiB alloc+write+free: driver / allocator", "cached_alloc_used_speedup"),
+    ("MLP training step (ember / CPU)", "mlp_step_vs_cpu"),
+    ("CNN training step (ember / CPU)", "cnn_step_vs_cpu"),
+    ("MLP step: calls to the CPU fallback", "fallback_calls_mlp_step"),
+    ("CNN step: calls to the CPU fallback", "fallback_calls_cnn_step"),
+]
+
+
+def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None = None) -> str:
+    width = max(len(label) for label, _ in ROWS)
+    lines = [f"{'figure':<{width}}  {'value':>8}  {'target':>7}  met", "-" * (width + 25)]
+    for label, key in ROWS:
+        value = results[key]
+        shown = f"{value:8.0f}" if key.startswith("fallback_calls") else f"{value:7.2f}x"
+        target = TARGETS.get(key)
+        met = "" if target is None else ("yes" if target.met(value) else "NO")
+        lines.append(f"{label:<{width}}  {shown}  {str(target or ''):>7}  {met}")
     lines.append(
-        f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, "
-        f"of 1 element {results['latency_1elem_cpu_us']:.1f} us; {torch.get_num_threads()} threads)"
+        f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, of 1 element "
+        f"{results['latency_1elem_cpu_us']:.1f} us, ember's {results['latency_1elem_ember_us']:.1f} us; "
+        f"synchronize {results['synchronize_us']:.1f} us; memcpy {results['memcpy_gbps']:.1f} GB/s; "
+        f"1 MiB alloc+free {results['alloc_free_cached_us']:.2f} us cached, "
+        f"{results['alloc_free_driver_us']:.1f} us driver; CPU steps MLP "
+        f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms; "
+        f"{torch.get_num_threads()} CPU threads, load average {results['load_average']:.1f})"
     )
+    for name, names in (fallback_ops or {}).items():
+        if names:
+            counts = ", ".join(f"{op} x{n}" for op, n in Counter(names).most_common())
+            lines.append(f"{name.upper()} step, operators run by the CPU fallback: {counts}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--repeat", type=int, default=200, help="timed calls per measurement")
+    parser.add_argument("--repeat", type=int, default=200, help="rounds of the small measurements")
     args = parser.parse_args(argv)
-    results = measure(args.repeat)
-    print(_table(results))
+    fallback_ops: dict[str, list[str]] = {}
+    results = measure(args.repeat, fallback_ops)
+    assert all(math.isfinite(value) for value in results.values()), results
+    print(table(results, fallback_ops))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
