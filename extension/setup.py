@@ -11,6 +11,7 @@ from pathlib import Path
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import setup  # noqa: E402
+from setuptools.command.build_py import build_py  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -27,6 +28,22 @@ def sources() -> list[str]:
     return [f"csrc/{name}" for name in found if name not in EXCLUDED]
 
 
+class BuildPy(build_py):
+    """setuptools' build_py, which also drops modules the package no longer has.
+
+    build_py copies the package into build/lib... and never deletes there, and the wheel takes
+    everything in build/lib: a module renamed or deleted in the sources would ship on, stale.
+    """
+
+    def run(self) -> None:
+        built = Path(self.build_lib) / "torch_ember"
+        if built.is_dir():
+            for module in built.glob("*.py"):
+                if not (HERE / "torch_ember" / module.name).exists():
+                    module.unlink()
+        super().run()
+
+
 setup(
     ext_modules=[
         CppExtension(
@@ -38,5 +55,5 @@ setup(
             extra_compile_args=["-O2", "-g0"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildExtension, "build_py": BuildPy},
 )

@@ -53,6 +53,18 @@ def test_the_installed_package_was_built_as_a_platform_wheel() -> None:
     assert [(ep.name, ep.value) for ep in entry_points] == [("ember", "torch_ember:_autoload")]
 
 
+def test_the_installed_package_holds_exactly_the_source_modules() -> None:
+    # setup.py's BuildPy: a module deleted from the sources must not ship on from an old build directory.
+    distribution = importlib.metadata.distribution(DISTRIBUTION)
+    installed = {
+        file.name
+        for file in distribution.files or []
+        if file.parent.as_posix() == "torch_ember" and file.suffix == ".py"
+    }
+    sources = {path.name for path in (EXTENSION / "torch_ember").glob("*.py")}
+    assert installed == sources
+
+
 def test_the_build_backend_writes_the_wheels_metadata(tmp_path: Path) -> None:
     script = (
         "import sys\n"
