@@ -9,13 +9,10 @@ flags), storage resize through the hooks, and the refusal to share ember memory 
 from __future__ import annotations
 
 import gc
-import io
 import os
-import pickletools
 import re
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -23,6 +20,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from checkpoints import loaded, pickle_strings, retagged, saved
 
 from book import builder
 from book.chapter import Chapter
@@ -41,58 +39,31 @@ def ember(backend: builder.Build) -> ModuleType:
     return torch.privateuseone
 
 
-def _saved(obj: object) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def _loaded(data: bytes, **options: object) -> object:
-    return torch.load(io.BytesIO(data), **options)
-
-
-def _pickle_strings(data: bytes) -> list[str]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        pickled = archive.read(next(name for name in archive.namelist() if name.endswith("/data.pkl")))
-    return [arg for _, arg, _ in pickletools.genops(pickled) if isinstance(arg, str)]
-
-
-def _retagged(data: bytes, old: str, new: str) -> bytes:
-    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
-    with source, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
-        for info in source.infolist():
-            content = source.read(info)
-            if info.filename.endswith("/data.pkl"):
-                content = content.replace(old.encode(), new.encode())
-            target.writestr(info, content)
-    return out.getvalue()
-
-
 # --- torch.save / torch.load ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_checkpoint_tags_each_storage_with_its_device_and_loads_it_back_there(index: int):
     x = torch.arange(6.0).to(f"{E}:{index}")
-    data = _saved(x)
-    assert f"{E}:{index}" in _pickle_strings(data)
-    back = _loaded(data, weights_only=True)
+    data = saved(x)
+    assert f"{E}:{index}" in pickle_strings(data)
+    back = loaded(data, weights_only=True)
     assert back.device == torch.device(E, index)
     assert torch.equal(back.cpu(), torch.arange(6.0))
 
 
 def test_map_location_sends_storages_to_the_cpu_the_other_device_or_where_a_function_says():
-    data = _saved(torch.arange(4.0).to(E))
-    assert _loaded(data, map_location="cpu").device == torch.device("cpu")
-    assert _loaded(data, map_location=f"{E}:1").device == torch.device(E, 1)
-    assert _loaded(data, map_location={f"{E}:0": f"{E}:1"}).device == torch.device(E, 1)
+    data = saved(torch.arange(4.0).to(E))
+    assert loaded(data, map_location="cpu").device == torch.device("cpu")
+    assert loaded(data, map_location=f"{E}:1").device == torch.device(E, 1)
+    assert loaded(data, map_location={f"{E}:0": f"{E}:1"}).device == torch.device(E, 1)
     seen = []
 
     def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
         seen.append((location, storage.device.type))
         return storage.to(device=f"{E}:1")
 
-    back = _loaded(data, map_location=record)
+    back = loaded(data, map_location=record)
     assert seen == [(f"{E}:0", "cpu")]
     assert back.device == torch.device(E, 1) and torch.equal(back.cpu(), torch.arange(4.0))
 
@@ -108,8 +79,8 @@ def test_a_training_checkpoint_moves_to_the_other_device_and_training_continues_
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     for _ in range(2):
         step(model, optimizer, E)
-    state = _loaded(
-        _saved({"model": model.state_dict(), "optimizer": optimizer.state_dict()}), weights_only=True
+    state = loaded(
+        saved({"model": model.state_dict(), "optimizer": optimizer.state_dict()}), weights_only=True
     )
     assert state["optimizer"]["state"][0]["exp_avg"].device == torch.device(E, 0)
 
@@ -125,11 +96,11 @@ def test_a_training_checkpoint_moves_to_the_other_device_and_training_continues_
 
 
 def test_a_checkpoint_for_a_device_this_machine_lacks_is_refused_with_what_to_do(ember: ModuleType):
-    data = _retagged(_saved(torch.ones(2).to(E)), f"{E}:0", f"{E}:7")
+    data = retagged(saved(torch.ones(2).to(E)), f"{E}:0", f"{E}:7")
     message = f"device 7 but torch.{E}.device_count() is {ember.device_count()}"
     with pytest.raises(RuntimeError, match=re.escape(message) + r".*map_location"):
-        _loaded(data)
-    assert _loaded(data, map_location="cpu").device == torch.device("cpu")
+        loaded(data)
+    assert loaded(data, map_location="cpu").device == torch.device("cpu")
 
 
 def test_without_ember_a_checkpoint_loads_to_the_cpu_and_the_default_says_so(tmp_path: Path):
@@ -168,18 +139,18 @@ def test_a_format_is_a_flag_of_the_tensor_metadata(ember: ModuleType):
 def test_a_format_survives_save_and_load_on_either_device_and_is_dropped_on_the_cpu(ember: ModuleType):
     w = torch.randn(3, 3).to(E)
     ember.set_storage_format(w, "tiled")
-    data = _saved(w)
-    assert "ember_format_tiled" in _pickle_strings(data)
+    data = saved(w)
+    assert "ember_format_tiled" in pickle_strings(data)
     for target in (None, f"{E}:1"):
-        back = _loaded(data, weights_only=True, map_location=target)
+        back = loaded(data, weights_only=True, map_location=target)
         assert ember.storage_format(back) == "tiled"
         assert torch.equal(back.cpu(), w.cpu())
-    on_cpu = _loaded(data, map_location="cpu")
+    on_cpu = loaded(data, map_location="cpu")
     assert torch._utils.get_tensor_metadata(on_cpu) == {}
 
 
 def test_a_plain_tensor_writes_no_flag():
-    assert not any(s.startswith("ember_") for s in _pickle_strings(_saved(torch.ones(2, device=E))))
+    assert not any(s.startswith("ember_") for s in pickle_strings(saved(torch.ones(2, device=E))))
 
 
 def test_detach_and_clone_keep_the_format_views_and_new_results_do_not(ember: ModuleType):
@@ -192,7 +163,7 @@ def test_detach_and_clone_keep_the_format_views_and_new_results_do_not(ember: Mo
     assert ember.storage_format(w + 0) == "plain"
     assert ember.storage_format(w.to(f"{E}:1")) == "plain"
     parameter = torch.nn.Parameter(w.clone())
-    assert ember.storage_format(_loaded(_saved(parameter), weights_only=True)) == "tiled"
+    assert ember.storage_format(loaded(saved(parameter), weights_only=True)) == "tiled"
 
 
 def test_a_detached_copy_has_its_own_tag(ember: ModuleType):
@@ -230,9 +201,9 @@ def test_bad_format_flags_are_refused_and_leave_the_tensor_as_it_was(flags, mess
 def test_a_checkpoint_with_an_unknown_format_is_refused_at_load(ember: ModuleType):
     w = torch.ones(2, device=E)
     ember.set_storage_format(w, "tiled")
-    data = _retagged(_saved(w), "ember_format_tiled", "ember_format_zzzzz")
+    data = retagged(saved(w), "ember_format_tiled", "ember_format_zzzzz")
     with pytest.raises(RuntimeError, match="unknown storage format flag 'ember_format_zzzzz'"):
-        _loaded(data)
+        loaded(data)
 
 
 def test_the_device_module_refuses_a_format_it_does_not_know_or_a_cpu_tensor(ember: ModuleType):
