@@ -1,6 +1,7 @@
 """The finished backend's benchmark: ember against the CPU and the host's limits, side by side.
 
     python -m torch_ember.bench [--json PATH] [--repeat N]
+    python -m torch_ember.bench --profile {cnn,mlp}   # where a training step's time goes, by operator
 
 Every figure is a ratio of two medians measured in the same run, interleaved (one call of
 each side in turn, round after round), so machine load affects both sides alike. Every timed
@@ -373,11 +374,37 @@ def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None =
     return "\n".join(lines)
 
 
+def profile_step(name: str, steps: int = 5, rows: int = 15) -> str:
+    """Where one training step's time goes, per operator, on the CPU and on ember (torch.profiler)."""
+    tables = []
+    for device in ("cpu", "ember"):
+        step = TrainingStep(name, device)
+        for _ in range(2):
+            step()
+        _synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            for _ in range(steps):
+                step()
+            _synchronize()
+        averages = profiler.key_averages()
+        tables.append(f"{name.upper()} step on {device}, {steps} steps, by self time:\n")
+        tables.append(averages.table(sort_by="self_cpu_time_total", row_limit=rows))
+    return "\n".join(tables)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--repeat", type=int, default=200, help="rounds of the small measurements")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(MODELS),
+        help="instead: profile this model's training step on the CPU and on ember, by operator",
+    )
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        print(profile_step(args.profile))
+        return
     fallback_ops: dict[str, list[str]] = {}
     results = measure(args.repeat, fallback_ops)
     assert all(math.isfinite(value) for value in results.values()), results

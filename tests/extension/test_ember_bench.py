@@ -132,3 +132,13 @@ def test_a_run_writes_every_key_with_a_finite_value(
     printed = capsys.readouterr().out
     for label, _ in bench.ROWS:
         assert label in printed
+
+
+def test_profile_shows_where_a_steps_time_goes_on_both_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["--profile", "mlp"])
+    printed = capsys.readouterr().out
+    cpu, ember = printed.split("MLP step on ember")
+    assert "MLP step on cpu" in cpu
+    for table in (cpu, ember):
+        assert "aten::addmm" in table  # the Linear layers, forward
+        assert "Self CPU time total" in table
