@@ -5,7 +5,8 @@
 
 Every figure is a ratio of two medians measured in the same run, interleaved (one call of
 each side in turn, round after round), so machine load affects both sides alike. Every timed
-ember call ends with `torch.ember.synchronize()`, so its work is finished, not only queued.
+ember call ends with `torch.ember.synchronize()`, so its work is finished, not only queued
+(``synchronize_us``: what that costs on an idle device); CPU calls are timed bare.
 The CPU uses as many threads as torch gives it by default. Absolute times are printed for
 context only; the ratios are the result. `--repeat` scales the rounds of every measurement
 (the default takes about half a minute on 2 cores).
@@ -121,18 +122,27 @@ def _synchronize() -> None:
     torch_ember.device_module.synchronize()
 
 
+def synced(call: Callable[[], object]) -> Callable[[], None]:
+    """`call`, then `torch.ember.synchronize()`: how every ember side is timed (its work finished)."""
+
+    def run() -> None:
+        call()
+        _synchronize()
+
+    return run
+
+
 def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[float]:
-    """Median seconds of each call, timed in turn within each round (ember's synchronized)."""
+    """Median seconds of each call, timed in turn within each round. Nothing is added to a call:
+    ember calls come wrapped in `synced`, CPU calls bare."""
     for _ in range(warmup):
         for call in calls:
             call()
-            _synchronize()
     times: list[list[float]] = [[] for _ in calls]
     for _ in range(max(1, rounds)):
         for call, samples in zip(calls, times, strict=True):
             start = time.perf_counter()
             call()
-            _synchronize()
             samples.append(time.perf_counter() - start)
     return [statistics.median(samples) for samples in times]
 
@@ -150,23 +160,29 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
     a, b = _pair(1 << 20)
     ea, eb = a.to("ember"), b.to("ember")
     out, eout = torch.empty_like(a), torch.empty_like(ea)
-    cpu, ember = interleaved([lambda: torch.add(a, b, out=out), lambda: torch.add(ea, eb, out=eout)], repeat)
+    cpu, ember = interleaved(
+        [lambda: torch.add(a, b, out=out), synced(lambda: torch.add(ea, eb, out=eout))], repeat
+    )
     results["add_1m_vs_cpu"] = ember / cpu
     results["add_1m_cpu_us"] = cpu * 1e6
-    cpu, ember = interleaved([lambda: a + b, lambda: ea + eb], repeat)
+    cpu, ember = interleaved([lambda: a + b, synced(lambda: ea + eb)], repeat)
     results["add_1m_alloc_vs_cpu"] = ember / cpu
 
     one, eone = torch.ones(1), torch.ones(1, device="ember")
-    cpu, ember, sync = interleaved([lambda: one + one, lambda: eone + eone, lambda: None], repeat * 5)
+    cpu, ember, sync = interleaved(
+        [lambda: one + one, synced(lambda: eone + eone), synced(lambda: None)], repeat * 5
+    )
     results["latency_1elem_vs_cpu"] = ember / cpu
     results["latency_1elem_cpu_us"] = cpu * 1e6
     results["latency_1elem_ember_us"] = ember * 1e6
-    results["synchronize_us"] = sync * 1e6  # included in every ember figure (and in the CPU's, idle)
+    results["synchronize_us"] = sync * 1e6  # included in every ember figure
 
     fallback_add = torch_ember._C._fallback_add
     for label, numel in (("1m", 1 << 20), ("1k", 1 << 10)):
         x, y = _pair(numel, "ember")
-        native, fallback = interleaved([lambda x=x, y=y: x + y, lambda x=x, y=y: fallback_add(x, y)], repeat)
+        native, fallback = interleaved(
+            [synced(lambda x=x, y=y: x + y), synced(lambda x=x, y=y: fallback_add(x, y))], repeat
+        )
         results[f"fallback_vs_native_{label}"] = fallback / native
 
 
@@ -180,9 +196,9 @@ def _measure_copies(repeat: int, results: dict[str, float]) -> None:
     memcpy, h2d, d2h, h2d_async = interleaved(
         [
             lambda: ctypes.memmove(host.data_ptr(), source.data_ptr(), COPY_BYTES),
-            lambda: device.copy_(source),
-            lambda: host.copy_(device),
-            lambda: device.copy_(source, non_blocking=True),
+            synced(lambda: device.copy_(source)),
+            synced(lambda: host.copy_(device)),
+            synced(lambda: device.copy_(source, non_blocking=True)),
         ],
         max(3, repeat // 10),
     )
@@ -311,7 +327,7 @@ def fallback_calls(call: Callable[[], object]) -> tuple[int, list[str]]:
 def _measure_steps(repeat: int, results: dict[str, float], fallback_ops: dict[str, list[str]]) -> None:
     for name in MODELS:
         cpu_step, ember_step = TrainingStep(name, "cpu"), TrainingStep(name, "ember")
-        cpu, ember = interleaved([cpu_step, ember_step], max(3, repeat // 10))
+        cpu, ember = interleaved([cpu_step, synced(ember_step)], max(3, repeat // 10))
         results[f"{name}_step_vs_cpu"] = ember / cpu
         results[f"{name}_step_cpu_us"] = cpu * 1e6
         count, names = fallback_calls(ember_step)  # after interleaved's warm-up: a steady step

@@ -83,6 +83,17 @@ def test_allocator_timing_loop_frees_what_it_allocates() -> None:
     assert torch.ember.memory_allocated() == before
 
 
+def test_only_the_ember_side_is_synchronized(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CPU call is timed bare: a synchronize added to it would shrink every ember / CPU ratio.
+    calls: list[str] = []
+    monkeypatch.setattr(bench, "_synchronize", lambda: calls.append("sync"))
+    medians = bench.interleaved(
+        [lambda: calls.append("cpu"), bench.synced(lambda: calls.append("ember"))], rounds=3, warmup=1
+    )
+    assert len(medians) == 2 and all(median >= 0 for median in medians)
+    assert calls == ["cpu", "ember", "sync"] * 4
+
+
 def test_targets_read_both_ways() -> None:
     assert bench.TARGETS["add_1m_vs_cpu"].met(1.2) and not bench.TARGETS["add_1m_vs_cpu"].met(1.21)
     assert bench.TARGETS["h2d_vs_memcpy"].met(0.8) and not bench.TARGETS["h2d_vs_memcpy"].met(0.79)
