@@ -16,6 +16,8 @@ Stable keys (also written by ``--json``). Time ratios: ember / reference, lower 
 - ``add_1m_vs_cpu``: ``torch.add(a, b, out=c)``, 1M float32, ember / CPU (target <= 1.2).
 - ``add_1m_alloc_vs_cpu``: ``a + b`` (allocates its result), 1M float32, ember / CPU.
 - ``latency_1elem_vs_cpu``: ``a + b`` on one element, ember / CPU (aim <= 3).
+  ``latency_1elem_unsynced_vs_cpu``: the same without ember's ``synchronize`` (what a caller
+  waits before it can issue the next operation).
 - ``fallback_vs_native_1m``, ``fallback_vs_native_1k``: ``a + b`` through the CPU fallback
   (``torch_ember._C._fallback_add``) / ember's kernel, 1M and 1K float32 elements.
 - ``mlp_step_vs_cpu``, ``cnn_step_vs_cpu``: one training step of the shared models (see
@@ -169,10 +171,13 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
     results["add_1m_alloc_vs_cpu"] = ember / cpu
 
     one, eone = torch.ones(1), torch.ones(1, device="ember")
-    cpu, ember, sync = interleaved(
-        [lambda: one + one, synced(lambda: eone + eone), synced(lambda: None)], repeat * 5
+    cpu, ember, unsynced, sync = interleaved(
+        [lambda: one + one, synced(lambda: eone + eone), lambda: eone + eone, synced(lambda: None)],
+        repeat * 5,
     )
     results["latency_1elem_vs_cpu"] = ember / cpu
+    # Without the synchronize: what a caller waits before it can queue the next operation.
+    results["latency_1elem_unsynced_vs_cpu"] = unsynced / cpu
     results["latency_1elem_cpu_us"] = cpu * 1e6
     results["latency_1elem_ember_us"] = ember * 1e6
     results["synchronize_us"] = sync * 1e6  # included in every ember figure
@@ -353,6 +358,7 @@ ROWS = [
     ("add, 1M float32, out= (ember / CPU)", "add_1m_vs_cpu"),
     ("add, 1M float32, a + b (ember / CPU)", "add_1m_alloc_vs_cpu"),
     ("add, 1 element (ember / CPU)", "latency_1elem_vs_cpu"),
+    ("add, 1 element, no synchronize (ember / CPU)", "latency_1elem_unsynced_vs_cpu"),
     ("add, 1M: CPU fallback / native", "fallback_vs_native_1m"),
     ("add, 1K: CPU fallback / native", "fallback_vs_native_1k"),
     ("64 MiB pinned -> ember (memcpy = 1)", "h2d_vs_memcpy"),
