@@ -391,6 +391,12 @@ def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None =
         f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms; "
         f"{torch.get_num_threads()} CPU threads, load average {results['load_average']:.1f})"
     )
+    cores = os.cpu_count() or 1
+    if results["load_average"] > cores:
+        lines.append(
+            f"(the machine was busy: load average {results['load_average']:.1f} on {cores} cores; CPU operators "
+            "that use every core slow down most, so the ratios are less certain than usual)"
+        )
     for name, names in (fallback_ops or {}).items():
         if names:
             counts = ", ".join(f"{op} x{n}" for op, n in Counter(names).most_common())

@@ -127,6 +127,10 @@ def test_table_marks_each_target_met_or_not() -> None:
     assert rows["add, 1M float32, out= (ember / CPU)"].endswith("yes")
     assert rows["CNN step: calls to the CPU fallback"].endswith("NO")
     assert "CNN step, operators run by the CPU fallback: aten::foo x2" in text
+    assert "MLP step, operators" not in text
+    assert "the machine was busy" not in text
+    results["load_average"] = 2.0 * (os.cpu_count() or 1) + 1
+    assert "the machine was busy" in bench.table(results)
 
 
 def test_the_command_writes_every_key_with_a_finite_value(tmp_path: Path) -> None:
