@@ -538,22 +538,49 @@ at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask,
 // ember-book: end dropout
 
 // ember-book: begin random_registration
-// Every random operator with a Generator argument that ember implements;
-// the others (geometric_, cauchy_, log_normal_, ...) still reach the CPU
-// fallback, which refuses them.
+// Every random operator with a Generator argument that ember implements.
+// Chapter 12 registers wrappers (random_dtypes) that also draw the dtypes
+// the kernels above are not compiled for, and adds geometric_, cauchy_,
+// log_normal_ and the rest (distributions).
+namespace ember {
+at::Tensor& uniformAnyDtype_(at::Tensor&, double, double,
+                             std::optional<at::Generator>);
+at::Tensor& normalAnyDtype_(at::Tensor&, double, double,
+                            std::optional<at::Generator>);
+at::Tensor& exponentialAnyDtype_(at::Tensor&, double,
+                                 std::optional<at::Generator>);
+at::Tensor& bernoulliScalarAnyDtype_(at::Tensor&, double,
+                                     std::optional<at::Generator>);
+at::Tensor& bernoulliTensorAnyDtype_(at::Tensor&, const at::Tensor&,
+                                     std::optional<at::Generator>);
+at::Tensor& randomAnyDtype_(at::Tensor&, std::optional<at::Generator>);
+at::Tensor& randomToAnyDtype_(at::Tensor&, int64_t,
+                              std::optional<at::Generator>);
+at::Tensor& randomFromAnyDtype_(at::Tensor&, int64_t, std::optional<int64_t>,
+                                std::optional<at::Generator>);
+at::Tensor multinomialAnyDtype(const at::Tensor&, int64_t, bool,
+                               std::optional<at::Generator>);
+at::Tensor& multinomialOutAnyDtype(const at::Tensor&, int64_t, bool,
+                                   std::optional<at::Generator>, at::Tensor&);
+std::tuple<at::Tensor, at::Tensor> nativeDropoutAnyDtype(
+    const at::Tensor&, double, std::optional<bool>);
+at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor&, const at::Tensor&,
+                                         double);
+} // namespace ember
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("uniform_", &ember::uniform_);
-  m.impl("normal_", &ember::normal_);
-  m.impl("exponential_", &ember::exponential_);
-  m.impl("bernoulli_.float", &ember::bernoulliScalar_);
-  m.impl("bernoulli_.Tensor", &ember::bernoulliTensor_);
-  m.impl("random_", &ember::random_);
-  m.impl("random_.to", &ember::randomTo_);
-  m.impl("random_.from", &ember::randomFrom_);
+  m.impl("uniform_", &ember::uniformAnyDtype_);
+  m.impl("normal_", &ember::normalAnyDtype_);
+  m.impl("exponential_", &ember::exponentialAnyDtype_);
+  m.impl("bernoulli_.float", &ember::bernoulliScalarAnyDtype_);
+  m.impl("bernoulli_.Tensor", &ember::bernoulliTensorAnyDtype_);
+  m.impl("random_", &ember::randomAnyDtype_);
+  m.impl("random_.to", &ember::randomToAnyDtype_);
+  m.impl("random_.from", &ember::randomFromAnyDtype_);
   m.impl("randperm.generator_out", &ember::randpermOut);
-  m.impl("multinomial", &ember::multinomial);
-  m.impl("multinomial.out", &ember::multinomialOut);
-  m.impl("native_dropout", &ember::nativeDropout);
-  m.impl("native_dropout_backward", &ember::nativeDropoutBackward);
+  m.impl("multinomial", &ember::multinomialAnyDtype);
+  m.impl("multinomial.out", &ember::multinomialOutAnyDtype);
+  m.impl("native_dropout", &ember::nativeDropoutAnyDtype);
+  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardAnyDtype);
 }
 // ember-book: end random_registration
