@@ -5,8 +5,9 @@
 
 Every figure is a ratio of two medians measured in the same run, interleaved (one call of
 each side in turn, round after round), so machine load affects both sides alike. Every timed
-ember call ends with `torch.ember.synchronize()`, so its work is finished, not only queued
-(``synchronize_us``: what that costs on an idle device); CPU calls are timed bare.
+ember call ends with `torch.accelerator.synchronize()`, so its work is finished, not only queued
+(``synchronize_us``: what that costs on an idle device; ``ember_synchronize_us``: the same wait
+through `torch.ember.synchronize()`); CPU calls are timed bare.
 The CPU uses as many threads as torch gives it by default. Absolute times are printed for
 context only; the ratios are the result. `--repeat` scales the rounds of every measurement
 (the default takes about half a minute on 2 cores).
@@ -121,11 +122,13 @@ STABLE_KEYS = (
 
 
 def _synchronize() -> None:
-    torch_ember.device_module.synchronize()
+    # PyTorch's generic call: the device guard's synchronizeDevice, emDeviceSynchronize from C++.
+    # torch.ember.synchronize() makes the same driver call through ctypes, about 1 us slower.
+    torch.accelerator.synchronize()
 
 
 def synced(call: Callable[[], object]) -> Callable[[], None]:
-    """`call`, then `torch.ember.synchronize()`: how every ember side is timed (its work finished)."""
+    """`call`, then `torch.accelerator.synchronize()`: how every ember side is timed (its work finished)."""
 
     def run() -> None:
         call()
@@ -171,8 +174,14 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
     results["add_1m_alloc_vs_cpu"] = ember / cpu
 
     one, eone = torch.ones(1), torch.ones(1, device="ember")
-    cpu, ember, unsynced, sync = interleaved(
-        [lambda: one + one, synced(lambda: eone + eone), lambda: eone + eone, synced(lambda: None)],
+    cpu, ember, unsynced, sync, module_sync = interleaved(
+        [
+            lambda: one + one,
+            synced(lambda: eone + eone),
+            lambda: eone + eone,
+            synced(lambda: None),
+            torch_ember.device_module.synchronize,
+        ],
         repeat * 5,
     )
     results["latency_1elem_vs_cpu"] = ember / cpu
@@ -181,6 +190,7 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
     results["latency_1elem_cpu_us"] = cpu * 1e6
     results["latency_1elem_ember_us"] = ember * 1e6
     results["synchronize_us"] = sync * 1e6  # included in every ember figure
+    results["ember_synchronize_us"] = module_sync * 1e6
 
     fallback_add = torch_ember._C._fallback_add
     for label, numel in (("1m", 1 << 20), ("1k", 1 << 10)):
@@ -385,7 +395,7 @@ def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None =
     lines.append(
         f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, of 1 element "
         f"{results['latency_1elem_cpu_us']:.1f} us, ember's {results['latency_1elem_ember_us']:.1f} us; "
-        f"synchronize {results['synchronize_us']:.1f} us; memcpy {results['memcpy_gbps']:.1f} GB/s; "
+        f"synchronize {results['synchronize_us']:.1f} us (torch.ember's {results['ember_synchronize_us']:.1f} us); memcpy {results['memcpy_gbps']:.1f} GB/s; "
         f"1 MiB alloc+free {results['alloc_free_cached_us']:.2f} us cached, "
         f"{results['alloc_free_driver_us']:.1f} us driver; CPU steps MLP "
         f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms; "

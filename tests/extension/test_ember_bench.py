@@ -110,6 +110,7 @@ def test_table_marks_each_target_met_or_not() -> None:
                 "latency_1elem_cpu_us",
                 "latency_1elem_ember_us",
                 "synchronize_us",
+                "ember_synchronize_us",
                 "memcpy_gbps",
                 "alloc_free_cached_us",
                 "alloc_free_driver_us",
