@@ -11,6 +11,7 @@
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/ne_native.h>
 #include <ATen/ops/sub_native.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include "aten/EmberLoops.h"
@@ -62,23 +63,52 @@ namespace ember {
 using at::Scalar;
 using at::Tensor;
 
+// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
+// on the device's memory; meta() checks the arguments and sizes out first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // add's structured class is generated from a "ufunc" description; its
 // CPU-named class is the device-generic entry, which calls
 // add_stub(device_type(), ...). sub, mul and div are ordinary structured ops.
 Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha,
                 Tensor& out) {
-  return structuredOut<at::native::structured_ufunc_add_CPU>(out, self, other,
-                                                             alpha);
+  using Native = at::native::structured_ufunc_add_CPU;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other, alpha);
+  }
+  StructuredOut<Native>(out).meta(self, other, alpha);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::add_out>::call(
+      self, other, alpha, out);
 }
 Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha,
                 Tensor& out) {
-  return structuredOut<at::native::structured_sub_out>(out, self, other, alpha);
+  using Native = at::native::structured_sub_out;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other, alpha);
+  }
+  StructuredOut<Native>(out).meta(self, other, alpha);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::sub_out>::call(
+      self, other, alpha, out);
 }
 Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
-  return structuredOut<at::native::structured_mul_out>(out, self, other);
+  using Native = at::native::structured_mul_out;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other);
+  }
+  StructuredOut<Native>(out).meta(self, other);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::mul_out>::call(
+      self, other, out);
 }
 Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
-  return structuredOut<at::native::structured_div_out>(out, self, other);
+  using Native = at::native::structured_div_out;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other);
+  }
+  StructuredOut<Native>(out).meta(self, other);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::div_out>::call(
+      self, other, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -130,18 +160,34 @@ EMBER_REGISTER_STUB(ge_stub, &ember::geKernel);
 
 namespace ember {
 
+// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
+// on the device's memory; meta() checks the arguments and sizes out first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Each comparison has a Tensor and a Scalar overload, both structured, both
 // ending in the same stub (the scalar becomes a CPU scalar operand).
 #define EMBER_COMPARE_OUT(name)                                              \
   at::Tensor& name##_tensor_out(const at::Tensor& self,                      \
                                 const at::Tensor& other, at::Tensor& out) {  \
-    return structuredOut<at::native::structured_##name##_Tensor_out>(        \
-        out, self, other);                                                   \
+    using Native = at::native::structured_##name##_Tensor_out;               \
+    if (loopsCompute({out, self, other})) {                                  \
+      return structuredOut<Native>(out, self, other);                        \
+    }                                                                        \
+    StructuredOut<Native>(out).meta(self, other);                            \
+    return at::native::call_fallback_fn<                                     \
+        &hostKernel, at::_ops::name##_Tensor_out>::call(self, other, out);   \
   }                                                                          \
   at::Tensor& name##_scalar_out(const at::Tensor& self,                      \
                                 const at::Scalar& other, at::Tensor& out) {  \
-    return structuredOut<at::native::structured_##name##_Scalar_out>(        \
-        out, self, other);                                                   \
+    using Native = at::native::structured_##name##_Scalar_out;               \
+    if (loopsCompute({out, self})) {                                         \
+      return structuredOut<Native>(out, self, other);                        \
+    }                                                                        \
+    StructuredOut<Native>(out).meta(self, other);                            \
+    return at::native::call_fallback_fn<                                     \
+        &hostKernel, at::_ops::name##_Scalar_out>::call(self, other, out);   \
   }
 EMBER_COMPARE_OUT(eq)
 EMBER_COMPARE_OUT(ne)

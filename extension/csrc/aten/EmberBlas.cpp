@@ -6,11 +6,18 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Scalar.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include "aten/EmberBlas.h"
 
 // ember-book: begin blas_ops
+namespace ember {
+// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
+// the CPU's kernel on the device's memory.
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+} // namespace ember
+
 namespace ember::blas {
 
 using Named = std::pair<const char*, const at::Tensor*>;
@@ -68,7 +75,7 @@ bool overlaps(const at::Tensor& out, const at::Tensor& t) {
 // out = beta * input + alpha * (a @ b); out has its final shape already.
 // The loops write rows of contiguous elements that nothing else reads:
 // any other out (a transposed view, out=a) gets a fresh result, copied in.
-void matmulInto(const at::Tensor& a, const at::Tensor& b,
+void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
                 const at::Tensor* input, const c10::Scalar& beta,
                 const c10::Scalar& alpha, const at::Tensor& out) {
   if (out.numel() == 0) {
@@ -86,8 +93,25 @@ void matmulInto(const at::Tensor& a, const at::Tensor& b,
   const at::Tensor s = use_input ? input->expand(out.sizes()) : at::Tensor();
   const int64_t d = out.dim(), m = out.size(d - 2), n = out.size(d - 1);
   const at::ScalarType dtype = out.scalar_type();
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, dtype, "ember_gemm", [&] {
-    using T = scalar_t;
+  if (dtype == at::kFloat || dtype == at::kDouble) {
+    // Floating point goes to the host's BLAS: ATen's CPU matrix products
+    // (oneDNN, MKL or OpenBLAS, tuned for this processor), run by chapter
+    // 12's host kernel on the device's memory, as a real backend calls its
+    // vendor's library. Chapter 04's loops stay the int64 path.
+    at::Tensor c = result;
+    if (d == 3) {
+      at::native::call_fallback_fn<&hostKernel, at::_ops::bmm_out>::call(a, b, c);
+    } else if (use_input) {
+      at::native::call_fallback_fn<&hostKernel, at::_ops::addmm_out>::call(
+          s, a, b, beta, alpha, c);
+    } else {
+      at::native::call_fallback_fn<&hostKernel, at::_ops::mm_out>::call(a, b, c);
+    }
+    if (!use_input && !alpha.equal(1)) {
+      c.mul_(alpha);
+    }
+  } else { // int64: checkOperands let nothing else through
+    using T = int64_t;
     const Gemm<T> p{
         .batches = d == 3 ? out.size(0) : 1, .m = m, .n = n, .k = a.size(-1),
         .a = matrixOf<T>(a), .b = matrixOf<T>(b),
@@ -96,7 +120,7 @@ void matmulInto(const at::Tensor& a, const at::Tensor& b,
         .alpha = alpha.to<T>(), .beta = beta.to<T>()};
     launch({p.a.data, p.b.data, p.s.data, p.c.data},
            [&](ptrdiff_t offset) { gemm(onDevice(p, offset)); });
-  });
+  }
   if (!direct) {
     out.copy_(result);
   }
@@ -109,7 +133,7 @@ at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2,
   checkShapes("aten::mm.out", self, mat2, 2);
   const c10::DeviceGuard guard(self.device());
   at::native::resize_output(out, {self.size(0), mat2.size(1)});
-  matmulInto(self, mat2, nullptr, 0, 1, out);
+  matmulInto("aten::mm.out", self, mat2, nullptr, 0, 1, out);
   return out;
 }
 
@@ -123,7 +147,7 @@ at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2,
               self.sizes(), " and ", mat2.sizes());
   const c10::DeviceGuard guard(self.device());
   at::native::resize_output(out, {self.size(0), self.size(1), mat2.size(2)});
-  matmulInto(self, mat2, nullptr, 0, 1, out);
+  matmulInto("aten::bmm.out", self, mat2, nullptr, 0, 1, out);
   return out;
 }
 
@@ -147,7 +171,7 @@ at::Tensor& addmm_out(const at::Tensor& input, const at::Tensor& mat1,
               c10::IntArrayRef(shape));
   const c10::DeviceGuard guard(mat1.device());
   at::native::resize_output(out, shape);
-  matmulInto(mat1, mat2, &input, beta, alpha, out);
+  matmulInto(op, mat1, mat2, &input, beta, alpha, out);
   return out;
 }
 

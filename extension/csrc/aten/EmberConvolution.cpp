@@ -4,6 +4,9 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/SymIntArrayRef.h>
@@ -305,7 +308,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
 // ember-book: end convolution_kernels
 
 // ember-book: begin convolution
+namespace ember {
+// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
+// the CPU's kernel on the device's memory.
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+} // namespace ember
+
 namespace ember::conv {
+
+// Chapter 04's kernels: 2-D, not transposed, float64. Everything else
+// (float32, transposed, 1-D and 3-D, other dtypes) goes to the host's
+// convolution library, ATen's CPU convolution (oneDNN for float32 on this
+// machine), on the device's memory: the way a GPU backend calls cuDNN.
+bool chapter04Kernels(const at::Tensor& input, const at::Tensor& weight,
+                      bool transposed) {
+  return !transposed && input.dim() == 4 && weight.dim() == 4 &&
+         input.scalar_type() == at::kDouble &&
+         weight.scalar_type() == at::kDouble;
+}
 
 // conv1d/2d/3d, Conv2d, F.conv2d with padding="same", ... all end in
 // aten::convolution, whose autograd kernel records ConvolutionBackward0 and
@@ -317,8 +337,12 @@ at::Tensor convolution_overrideable(
     c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
   constexpr const char* op = "aten::convolution_overrideable";
-  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
-              ": transposed convolutions are not implemented");
+  if (!chapter04Kernels(input, weight, transposed)) {
+    return at::native::call_fallback_fn_symint<
+        &hostKernel, at::_ops::convolution>::call(input, weight, bias, stride,
+                                                  padding, dilation, transposed,
+                                                  output_padding, groups);
+  }
   const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
                           groups.expect_int());
   return forward(op, input, weight, bias, s);
@@ -334,8 +358,18 @@ convolution_backward_overrideable(
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
     std::array<bool, 3> output_mask) {
   constexpr const char* op = "aten::convolution_backward_overrideable";
-  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
-              ": transposed convolutions are not implemented");
+  if (!chapter04Kernels(input, weight, transposed)) {
+    // The bias gradient's shape: one value per output channel.
+    const std::array<c10::SymInt, 1> bias_sizes{
+        weight.sym_size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+    return at::native::call_fallback_fn_symint<
+        &hostKernel, at::_ops::convolution_backward>::call(grad_output, input,
+                                                           weight, bias_sizes,
+                                                           stride, padding,
+                                                           dilation, transposed,
+                                                           output_padding,
+                                                           groups, output_mask);
+  }
   const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
                           groups.expect_int());
   return backward(op, grad_output, input, weight, s, output_mask);

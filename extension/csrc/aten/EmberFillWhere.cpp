@@ -10,6 +10,7 @@
 #include <ATen/ops/threshold_backward_native.h>
 #include <ATen/ops/where_native.h>
 #include <ATen/ops/zero_native.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include <cstdint>
@@ -174,17 +175,37 @@ EMBER_REGISTER_STUB(threshold_stub, &ember::thresholdKernel);
 
 namespace ember {
 
+// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16 and bfloat16 under autocast, ...) with the CPU's
+// kernels on the device's memory; meta() checks the arguments and sizes
+// the out= tensor first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 at::Tensor& clamp_min_out(const at::Tensor& self, const at::Scalar& min,
                           at::Tensor& out) {
-  return structuredOut<at::native::structured_clamp_min_out>(out, self, min);
+  using Native = at::native::structured_clamp_min_out;
+  if (loopsCompute({out, self})) {
+    return structuredOut<Native>(out, self, min);
+  }
+  StructuredOut<Native>(out).meta(self, min);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::clamp_min_out>::call(
+      self, min, out);
 }
 
 at::Tensor& threshold_backward_out(const at::Tensor& grad,
                                    const at::Tensor& self,
                                    const at::Scalar& threshold,
                                    at::Tensor& grad_input) {
-  return structuredOut<at::native::structured_threshold_backward_out>(
-      grad_input, grad, self, threshold);
+  using Native = at::native::structured_threshold_backward_out;
+  if (loopsCompute({grad_input, grad, self})) {
+    return structuredOut<Native>(grad_input, grad, self, threshold);
+  }
+  StructuredOut<Native>(grad_input).meta(grad, self, threshold);
+  return at::native::call_fallback_fn<
+      &hostKernel, at::_ops::threshold_backward_grad_input>::call(grad, self,
+                                                                  threshold,
+                                                                  grad_input);
 }
 
 // relu and relu_ have CPU and CUDA kernels only: ATen's relu (clamp_min with

@@ -4,6 +4,7 @@
 #include <ATen/native/ReduceOps.h>
 #include <ATen/ops/mean_native.h>
 #include <ATen/ops/sum_native.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include "aten/EmberLoops.h"
@@ -72,18 +73,35 @@ EMBER_REGISTER_STUB(mean_stub, &ember::meanKernel);
 
 namespace ember {
 
+// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
+// on the device's memory; meta() checks the arguments and sizes out first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// float16 and bfloat16 sums accumulate in float32 there, as on the CPU.
 at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
                     bool keepdim, std::optional<at::ScalarType> dtype,
                     at::Tensor& out) {
-  return structuredOut<at::native::structured_sum_out>(out, self, dim, keepdim,
-                                                       dtype);
+  using Native = at::native::structured_sum_out;
+  if (loopsCompute({out, self})) {
+    return structuredOut<Native>(out, self, dim, keepdim, dtype);
+  }
+  StructuredOut<Native>(out).meta(self, dim, keepdim, dtype);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::sum_IntList_out>::call(
+      self, dim, keepdim, dtype, out);
 }
 
 at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
                      bool keepdim, std::optional<at::ScalarType> dtype,
                      at::Tensor& out) {
-  return structuredOut<at::native::structured_mean_out>(out, self, dim,
-                                                        keepdim, dtype);
+  using Native = at::native::structured_mean_out;
+  if (loopsCompute({out, self})) {
+    return structuredOut<Native>(out, self, dim, keepdim, dtype);
+  }
+  StructuredOut<Native>(out).meta(self, dim, keepdim, dtype);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::mean_out>::call(
+      self, dim, keepdim, dtype, out);
 }
 
 // sum(), sum(dim) and mean(dim) have default kernels at PrivateUse1 that end

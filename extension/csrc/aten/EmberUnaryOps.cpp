@@ -12,6 +12,7 @@
 #include <ATen/ops/sin_native.h>
 #include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/tanh_native.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -44,8 +45,19 @@ namespace ember {
 
 // abs.out has kernels for CPU and CUDA only; ATen's implementation of it is
 // device-generic and calls abs_stub(iter.device_type(), iter).
+// Other dtypes than the loops' (float16, bfloat16, complex: |z| is a real)
+// go to chapter 12's host kernel (EmberHostKernel.cpp), which computes with
+// the CPU's kernel on the device's memory; out is sized first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
-  return at::native::abs_out(self, out);
+  if (loopsCompute({out, self})) {
+    return at::native::abs_out(self, out);
+  }
+  at::native::resize_output(out, self.sizes());
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::abs_out>::call(
+      self, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -103,11 +115,23 @@ EMBER_REGISTER_STUB(neg_stub, &ember::negKernel);
 
 namespace ember {
 
+// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
+// on the device's memory; meta() checks the arguments and sizes out first.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // These operators are structured: ATen's class for the op runs meta() and
 // impl(); structuredOut supplies the out= tensor (see structured_out).
 #define EMBER_UNARY_OUT(name)                                               \
   at::Tensor& name##_out(const at::Tensor& self, at::Tensor& out) {         \
-    return structuredOut<at::native::structured_##name##_out>(out, self);   \
+    using Native = at::native::structured_##name##_out;                     \
+    if (loopsCompute({out, self})) {                                        \
+      return structuredOut<Native>(out, self);                              \
+    }                                                                       \
+    StructuredOut<Native>(out).meta(self);                                  \
+    return at::native::call_fallback_fn<                                     \
+        &hostKernel, at::_ops::name##_out>::call(self, out);                 \
   }
 EMBER_UNARY_OUT(exp)
 EMBER_UNARY_OUT(log)

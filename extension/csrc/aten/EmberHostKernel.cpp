@@ -1,0 +1,92 @@
+// The boxed host kernel: any operator the CPU implements, computed by ATen's
+// CPU kernel on host views of ember's memory inside one launch. The revised
+// chapter 04 kernels send it the dtypes their loops are not compiled for.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/DispatchKeySet.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <vector>
+
+#include "aten/EmberHostKernels.h"
+
+// ember-book: begin host_kernel
+namespace ember {
+
+// The dtypes chapter 04's elementwise loops and reductions are compiled for.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors) {
+  for (const at::Tensor& t : tensors) {
+    const at::ScalarType type = t.scalar_type();
+    if (type != at::kFloat && type != at::kDouble && type != at::kLong &&
+        type != at::kBool) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A boxed kernel, like chapter 03's fallback, but without its copies: the
+// ember tensors among the arguments become host views of their own memory,
+// the CPU's kernel for the operator runs on them inside one launch, and an
+// out= result is then already in place. A new result (a functional
+// operator's) is in host memory, and is copied to the device after the
+// launch. The caller sizes out= tensors first (the views cannot resize).
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = c10::toString(schema.operator_name());
+  const size_t first = stack->size() - schema.arguments().size();
+  std::vector<at::Tensor> tensors;
+  std::vector<size_t> positions;
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::IValue& value = (*stack)[i];
+    TORCH_CHECK(!value.isTensorList() && !value.isOptionalTensorList(),
+                "ember: the host kernel of ", name, " takes no tensor lists");
+    if (value.isTensor() && value.toTensor().is_privateuseone()) {
+      tensors.push_back(value.toTensor());
+      positions.push_back(i);
+    }
+  }
+  TORCH_CHECK(!tensors.empty(), "ember: ", name, " reached the host kernel ",
+              "without an ember tensor");
+  const c10::Device device = tensors.front().device();
+  std::vector<const at::Tensor*> pointers;
+  for (const at::Tensor& t : tensors) {
+    pointers.push_back(&t);
+  }
+  std::vector<at::Tensor> results;
+  onHost(name.c_str(), device, pointers, [&](const HostView& host) {
+    std::vector<at::Tensor> views;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      views.push_back(host(tensors[k]));
+      (*stack)[positions[k]] = views.back();
+    }
+    // Straight to the CPU's kernel: the dispatch keys above it (autograd,
+    // autocast) have run already, for the ember call.
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    // Each result: the ember tensor it is a view of (out=, in-place), or a
+    // new host tensor (undefined here: copied after the launch).
+    const size_t count = schema.returns().size();
+    for (size_t j = stack->size() - count; j < stack->size(); ++j) {
+      at::Tensor result = (*stack)[j].isTensor() ? (*stack)[j].toTensor()
+                                                 : at::Tensor();
+      for (size_t k = 0; k < views.size() && result.defined(); ++k) {
+        if (result.is_same(views[k])) {
+          (*stack)[j] = tensors[k];
+          result = at::Tensor();
+        }
+      }
+      results.push_back(result);
+    }
+  });
+  const size_t returns_begin = stack->size() - results.size();
+  for (size_t j = 0; j < results.size(); ++j) {
+    if (results[j].defined()) {
+      (*stack)[returns_begin + j] = results[j].to(device);
+    }
+  }
+}
+
+} // namespace ember
+// ember-book: end host_kernel

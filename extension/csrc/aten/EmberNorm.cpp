@@ -1,0 +1,118 @@
+// Batch normalization on ember, forward and backward: ATen's CPU kernels run
+// inside an ember launch on the device's memory (EmberHostKernels.h).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/native_batch_norm.h>
+#include <ATen/ops/native_batch_norm_backward.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+
+#include "aten/EmberHostKernels.h"
+
+// ember-book: begin batch_norm
+namespace ember {
+
+using at::Tensor;
+using OptionalTensor = std::optional<Tensor>;
+
+// The statistics (saved mean and inverse std, running stats, weight
+// gradients) are in the parameters' dtype: float32 next to a float16 input
+// when autocast or a user mixes them, the input's dtype otherwise.
+at::ScalarType statsType(const Tensor& input,
+                         std::initializer_list<const OptionalTensor*> params) {
+  for (const OptionalTensor* p : params) {
+    if (p->has_value() && (*p)->defined()) {
+      return (*p)->scalar_type();
+    }
+  }
+  return input.scalar_type();
+}
+
+void checkBatchNorm(const char* op, const Tensor& input) {
+  TORCH_CHECK(input.dim() >= 2, "ember: ", op, " on ", input.device(),
+              " expects an input with a channel dimension (2-D or more), "
+              "got ", input.dim(), "-D");
+  TORCH_CHECK(at::isFloatingType(input.scalar_type()), "ember: ", op, " on ",
+              input.device(), " expects a floating point input, got ",
+              input.scalar_type());
+}
+
+// Training: normalizes with the batch's statistics, returns them (for the
+// backward) and updates the running ones in place. Evaluation: uses the
+// running statistics; the saved ones are empty, as on the CPU.
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
+    const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, const OptionalTensor& running_mean,
+    const OptionalTensor& running_var, bool training, double momentum,
+    double eps) {
+  constexpr const char* op = "aten::native_batch_norm";
+  checkBatchNorm(op, input);
+  const c10::DeviceGuard guard(input.device());
+  const auto stats = input.options().dtype(
+      statsType(input, {&weight, &bias, &running_mean, &running_var}));
+  const int64_t channels = training ? input.size(1) : 0;
+  Tensor out = at::empty(input.sizes(),
+                         input.options().memory_format(input.suggest_memory_format()));
+  Tensor save_mean = at::empty({channels}, stats);
+  Tensor save_invstd = at::empty({channels}, stats);
+  onHost(op, input.device(),
+         {&input, &orUndefined(weight), &orUndefined(bias),
+          &orUndefined(running_mean), &orUndefined(running_var), &out,
+          &save_mean, &save_invstd},
+         [&](const HostView& host) {
+           Tensor h_out = host(out), h_mean = host(save_mean),
+                  h_invstd = host(save_invstd);
+           at::native_batch_norm_outf(host(input), host(weight), host(bias),
+                                      host(running_mean), host(running_var),
+                                      training, momentum, eps, h_out, h_mean,
+                                      h_invstd);
+         });
+  return {out, save_mean, save_invstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
+    const Tensor& grad_out, const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& running_mean, const OptionalTensor& running_var,
+    const OptionalTensor& save_mean, const OptionalTensor& save_invstd,
+    bool train, double eps, std::array<bool, 3> output_mask) {
+  constexpr const char* op = "aten::native_batch_norm_backward";
+  checkBatchNorm(op, input);
+  TORCH_CHECK(grad_out.sizes() == input.sizes(), "ember: ", op, " on ",
+              input.device(), " expects grad_out of the input's shape ",
+              input.sizes(), ", got ", grad_out.sizes());
+  const c10::DeviceGuard guard(input.device());
+  const auto stats = input.options().dtype(
+      statsType(input, {&weight, &running_mean, &save_mean}));
+  // ATen's out= overload writes all three results, asked for or not.
+  Tensor grad_input = at::empty(
+      input.sizes(), input.options().memory_format(input.suggest_memory_format()));
+  Tensor grad_weight = at::empty({input.size(1)}, stats);
+  Tensor grad_bias = at::empty({input.size(1)}, stats);
+  onHost(op, input.device(),
+         {&grad_out, &input, &orUndefined(weight), &orUndefined(running_mean),
+          &orUndefined(running_var), &orUndefined(save_mean),
+          &orUndefined(save_invstd), &grad_input, &grad_weight, &grad_bias},
+         [&](const HostView& host) {
+           Tensor h_gi = host(grad_input), h_gw = host(grad_weight),
+                  h_gb = host(grad_bias);
+           at::native_batch_norm_backward_outf(
+               host(grad_out), host(input), host(weight), host(running_mean),
+               host(running_var), host(save_mean), host(save_invstd), train,
+               eps, output_mask, h_gi, h_gw, h_gb);
+         });
+  return {output_mask[0] ? grad_input : Tensor(),
+          output_mask[1] ? grad_weight : Tensor(),
+          output_mask[2] ? grad_bias : Tensor()};
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
+}
+
+} // namespace ember
+// ember-book: end batch_norm
