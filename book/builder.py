@@ -292,14 +292,11 @@ def _forget_cached_operators(namespaces: set[str]) -> None:
 def _return_cached_memory() -> None:
     """Chapter 09's caching allocator keeps freed blocks as driver allocations: hand them back first.
 
-    Chapter 01's allocator is not a c10::DeviceAllocator (it caches nothing), and then torch.accelerator
-    refuses to ask it; with no build loaded there is no allocator at all.
+    Through its operator: torch.accelerator would ask only the process's accelerator, which PrivateUse1 is
+    not in chapter 11 before the renaming. Chapter 01's allocator caches nothing (and has no such operator).
     """
-    try:
-        if torch._C._accelerator_isAllocatorInitialized():
-            torch.accelerator.empty_cache()
-    except RuntimeError:
-        pass
+    if torch._C._dispatch_has_kernel("ember::_empty_cache"):
+        torch.ops.ember._empty_cache()
 
 
 def _unload(build: Build) -> None:

@@ -565,7 +565,7 @@ def _format_bytes(count: int) -> str:
 def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
     """A table of `memory_stats(device)`, as `torch.cuda.memory_summary` prints: current, peak,
     allocated and freed totals of the allocator's bytes and counts. `abbreviated` keeps the totals
-    over both pools; otherwise the small (<= 1 MiB) and large pools get a line each too."""
+    over both pools; otherwise the small (below 1 MiB) and large pools get a line each too."""
     index = _device_index(device)
     stats = memory_stats(index)
     pools = ["all"] if abbreviated else ["all", "small_pool", "large_pool"]

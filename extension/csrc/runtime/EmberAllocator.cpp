@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <cstdio>
 #include <string>
@@ -168,4 +169,13 @@ static auto* ember_allocator = new EmberAllocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, ember_allocator);
 
 } // namespace ember
+
+// torch.accelerator asks only the process's accelerator for its allocator,
+// and PrivateUse1 is none until a name is registered (chapter 11 renames
+// it). Whoever must empty the cache anyway (book.build() before it replaces
+// a backend) calls this operator.
+TORCH_LIBRARY_FRAGMENT(ember, m) {
+  m.def("_empty_cache() -> ()",
+        [] { ember::ember_allocator->emptyCache({0, 0}); });
+}
 // ember-book: end allocator

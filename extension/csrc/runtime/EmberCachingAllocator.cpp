@@ -5,11 +5,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,6 +18,7 @@
 
 // ember-book: begin device_cache
 #include <c10/core/CachingDeviceAllocator.h> // DeviceStats, StatArray
+#include <c10/util/flat_hash_map.h>             // ska::flat_hash_map
 
 namespace ember {
 
@@ -25,15 +26,19 @@ using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingDeviceAllocator::StatArray;
 using c10::CachingDeviceAllocator::StatType;
 
-// Sizes. Every block is a multiple of 512 bytes. Requests up to 1 MiB are
+// Sizes. Every block is a multiple of 512 bytes. Requests below 1 MiB are
 // "small": they share 2 MiB segments (one driver allocation each), so a burst
 // of small tensors costs one driver call. Larger ones get a segment of their
 // own, rounded to 2 MiB, whose unused tail can serve the next request.
 constexpr size_t kBlockRound = 512;
 constexpr size_t kSmallRequest = size_t{1} << 20;
 constexpr size_t kSegmentRound = size_t{2} << 20;
-// Splitting a large block leaves a remainder only if it is worth keeping.
+// A large block is split only if more than 1 MiB would remain (CUDA's rule):
+// a smaller tail is not worth a block of its own, and a request that just
+// fits keeps being served whole, with no split and merge on every reuse.
 constexpr size_t kMinLargeRemainder = size_t{1} << 20;
+// The driver's devices (2) fit, with room: indexed, not hashed.
+constexpr int kMaxDevices = 16;
 
 // A block is a piece of a segment. The blocks of one segment form a list
 // in address order, so that a freed block merges with free neighbours.
@@ -84,11 +89,15 @@ class Cache {
   // Returns a block of at least `nbytes` on (device, stream), or nullptr if
   // the driver has no room even after the cache gave back what it holds.
   Block* malloc(size_t nbytes, int device, emStream_t stream) {
+    TORCH_CHECK(device >= 0 && device < kMaxDevices, "ember: device ", device,
+                " is beyond the device cache's ", kMaxDevices, " devices");
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceCache& cache = devices_[device];
-    processEvents(cache);
+    if (!cache.pending.empty()) {
+      processEvents(cache);
+    }
     const size_t size = roundSize(nbytes);
-    const bool small = size <= kSmallRequest;
+    const bool small = size < kSmallRequest;
     Block key{device, stream, small, size, 0, nullptr};
     FreeBlocks& pool = small ? cache.small_free : cache.large_free;
     Block* block = nullptr;
@@ -171,7 +180,7 @@ class Cache {
   // waiting for the record_stream events still pending.
   void emptyCache() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [device, cache] : devices_) {
+    for (DeviceCache& cache : devices_) {
       for (const auto& [event, block] : cache.pending) {
         (void)emSyncEventSynchronize(event);
       }
@@ -246,17 +255,17 @@ class Cache {
     ++cache.stats.num_device_alloc;
     updateStat(cache.stats.segment, small, 1);
     updateStat(cache.stats.reserved_bytes, small, bytes);
-    return new Block{device, stream, small, bytes, 0, static_cast<char*>(ptr)};
+    return newBlock(Block{device, stream, small, bytes, 0, static_cast<char*>(ptr)});
   }
 
   // Cuts `size` bytes off the front of a free block; the rest stays cached.
   Block* split(DeviceCache& cache, Block* block, size_t size) {
     const size_t rest = block->size - size;
-    if (rest < (block->small ? kBlockRound : kMinLargeRemainder)) {
+    if (block->small ? rest < kBlockRound : rest <= kMinLargeRemainder) {
       return block; // too little to keep apart: the block is used whole
     }
-    auto* remainder = new Block{block->device, block->stream, block->small,
-                                rest, 0, block->ptr + size};
+    Block* remainder = newBlock(Block{block->device, block->stream, block->small,
+                                      rest, 0, block->ptr + size});
     remainder->prev = block;
     remainder->next = block->next;
     if (block->next != nullptr) {
@@ -291,7 +300,7 @@ class Cache {
         }
       }
       block->size += neighbour->size;
-      delete neighbour;
+      deleteBlock(neighbour);
     }
     insertFree(cache, block);
   }
@@ -351,14 +360,31 @@ class Cache {
         updateStat(cache.stats.segment, block->small, -1);
         updateStat(cache.stats.reserved_bytes, block->small,
                    -int64_t(block->size));
-        delete block;
+        deleteBlock(block);
       }
     }
   }
 
+  // Blocks are made and dropped on every split and merge: keep the
+  // dropped ones for the next split instead of going to the heap.
+  Block* newBlock(Block value) {
+    if (spare_.empty()) {
+      return new Block(std::move(value));
+    }
+    Block* block = spare_.back();
+    spare_.pop_back();
+    *block = std::move(value);
+    return block;
+  }
+
+  void deleteBlock(Block* block) {
+    spare_.push_back(block);
+  }
+
   std::mutex mutex_;
-  std::unordered_map<int, DeviceCache> devices_;
-  std::unordered_map<void*, Block*> active_; // allocated blocks by address
+  std::array<DeviceCache, kMaxDevices> devices_;
+  ska::flat_hash_map<void*, Block*> active_; // allocated blocks by address
+  std::vector<Block*> spare_;
 };
 
 // Leaked on purpose: tensors may be freed after this library's statics.
