@@ -1,0 +1,140 @@
+"""PyTorch's device-generic tests, instantiated for ember.
+
+`instantiate_device_type_tests` turns a generic test class into one class per device type it finds;
+with torch_ember loaded, PyTorch's PrivateUse1TestBase is among them and names its device "ember"
+(its primary device is `torch.ember.current_device()`). The test files of PyTorch's own suite (test/)
+are not installed, so the generic tests here are ours, written with the same machinery: `@ops` over
+OpInfos and `@modules` over ModuleInfos, which generate their samples on the device under test.
+
+A subset runs in CI (a few seconds): OPS and MODULES below. `python test_ember_device_generic.py`
+runs the same tests with unittest and prints the pass rate; EMBER_FULL_SWEEP=1 takes every OpInfo
+and ModuleInfo instead of the subsets.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+from typing import Any
+
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_modules import module_db, modules
+from torch.testing._internal.common_utils import TestCase
+from torch.utils._pytree import tree_map
+
+FULL = os.environ.get("EMBER_FULL_SWEEP") == "1"
+
+# A cross-section of op_db: elementwise unary and binary ops, reductions, shape and indexing ops,
+# matrix products, normalizations and losses; each from a different family of kernels.
+OPS = {
+    "abs", "add", "addmm", "amax", "argmax", "bmm", "cat", "clamp", "cumsum", "div", "exp", "flip",
+    "gather", "index_select", "log_softmax", "masked_fill", "matmul", "max.reduction_with_dim", "mean",
+    "mm", "mul", "neg", "nn.functional.cross_entropy", "nn.functional.gelu", "nn.functional.layer_norm",
+    "nn.functional.linear", "nn.functional.relu", "nn.functional.softmax", "permute", "pow", "reshape",
+    "scatter_add", "sigmoid", "sort", "sqrt", "stack", "sub", "sum", "tanh", "topk", "transpose", "where",
+}  # fmt: skip
+MODULES = {
+    "nn.BatchNorm2d", "nn.Conv2d", "nn.Dropout", "nn.Embedding", "nn.GELU", "nn.LayerNorm", "nn.Linear",
+    "nn.MaxPool2d", "nn.ReLU", "nn.Sigmoid", "nn.Softmax", "nn.Tanh", "nn.AdaptiveAvgPool2d", "nn.Flatten",
+}  # fmt: skip
+SAMPLES = 3  # per op and dtype
+
+
+def _name(info: Any) -> str:
+    return f"{info.name}.{info.variant_test_name}" if getattr(info, "variant_test_name", "") else info.name
+
+
+selected_ops = [op for op in op_db if FULL or _name(op) in OPS]
+selected_modules = [m for m in module_db if FULL or m.name in MODULES]
+
+
+def _to_cpu(value: Any) -> Any:
+    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, value)
+
+
+class TestEmberGeneric(TestCase):
+    """Generic tests: each runs once per device type, here on ember (device is e.g. "ember:0")."""
+
+    @ops(selected_ops, allowed_dtypes=(torch.float32,))
+    def test_matches_cpu(self, device: str, dtype: torch.dtype, op: Any) -> None:
+        # Samples made on ember; the same values copied to the CPU give the reference.
+        for sample in list(op.sample_inputs(device, dtype))[:SAMPLES]:
+            cpu = sample.transform(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x)
+            expected = op(cpu.input, *cpu.args, **cpu.kwargs)
+            actual = op(sample.input, *sample.args, **sample.kwargs)
+            self.assertEqual(_to_cpu(actual), expected, exact_device=False)
+
+    @ops(selected_ops, allowed_dtypes=(torch.float32,))
+    def test_noncontiguous_inputs(self, device: str, dtype: torch.dtype, op: Any) -> None:
+        # The same values in non-contiguous tensors must give the same result: ember's kernels and its
+        # fallback's copies must honour strides.
+        for sample in list(op.sample_inputs(device, dtype))[:SAMPLES]:
+            strided = sample.noncontiguous()
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+            actual = op(strided.input, *strided.args, **strided.kwargs)
+            self.assertEqual(actual, expected)
+
+    @modules(selected_modules, allowed_dtypes=(torch.float32,))
+    def test_module_forward_matches_cpu(
+        self, device: str, dtype: torch.dtype, module_info: Any, training: bool
+    ) -> None:
+        module_inputs = module_info.module_inputs_func(
+            module_info, device=device, dtype=dtype, requires_grad=False, training=training
+        )
+        for module_input in module_inputs[:SAMPLES]:
+            if module_input.forward_input is None:
+                continue
+            args, kwargs = module_input.constructor_input.args, module_input.constructor_input.kwargs
+            torch.manual_seed(0)
+            module = module_info.module_cls(*args, **kwargs).to(device=device, dtype=dtype).train(training)
+            reference = (
+                module_info.module_cls(*_to_cpu(args), **_to_cpu(kwargs)).to(dtype=dtype).train(training)
+            )
+            reference.load_state_dict(_to_cpu(module.state_dict()))
+            forward_args = module_input.forward_input.args
+            forward_kwargs = module_input.forward_input.kwargs
+            if module_info.name == "nn.Dropout" and training:
+                continue  # ember's generator draws other masks than the CPU's
+            actual = module(*forward_args, **forward_kwargs)
+            expected = reference(*_to_cpu(forward_args), **_to_cpu(forward_kwargs))
+            self.assertEqual(_to_cpu(actual), expected, exact_device=False)
+
+
+instantiate_device_type_tests(TestEmberGeneric, globals(), only_for=("privateuse1",))
+
+# Known failures, each with its reason. They are strict: a listed test that passes is reported as an
+# unexpected success, which fails the run, so the list cannot go stale.
+KNOWN_FAILURES = {
+    "test_matches_cpu_nn_functional_layer_norm_ember_float32": "a layer_norm over one element gives bias plus "
+    "about 7e-5 where the CPU gives exactly bias (ember's fused a*x+b form loses x - mean = 0)",
+    "test_noncontiguous_inputs_nn_functional_layer_norm_ember_float32": "ember's layer_norm ignores the "
+    "strides of a non-contiguous input",
+}
+
+
+def _mark_known_failures(cls: type) -> None:
+    for test, _reason in KNOWN_FAILURES.items():
+        setattr(cls, test, unittest.expectedFailure(getattr(cls, test)))
+
+
+_mark_known_failures(globals()["TestEmberGenericPRIVATEUSE1"])
+
+
+def main() -> int:
+    """Run the tests with unittest and print the pass rate (the figure the conformance note quotes)."""
+    suite = unittest.defaultTestLoader.loadTestsFromName(__name__ if __name__ != "__main__" else "__main__")
+    result = unittest.TextTestRunner(verbosity=0, stream=sys.stderr).run(suite)
+    total = result.testsRun - len(result.skipped)
+    failed = len(result.failures) + len(result.errors) + len(result.expectedFailures)
+    print(
+        f"device-generic tests on ember: {total - failed}/{total} passed "
+        f"({len(result.expectedFailures)} known failures, {len(result.skipped)} skipped)"
+    )
+    return 0 if not (result.failures or result.errors or result.unexpectedSuccesses) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
