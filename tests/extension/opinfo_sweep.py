@@ -44,6 +44,9 @@ CHUNKS = 8
 PARALLEL = 2
 # A worker that writes no result for this long is hung: it is killed and its pair counted as a crash.
 IDLE_TIMEOUT = 60.0
+# For the sweep's own tests: only these ops (comma-separated names), and a unit whose worker aborts.
+ONLY_ENV = "EMBER_SWEEP_ONLY"
+ABORT_ENV = "EMBER_SWEEP_ABORT_AT"
 
 # Ops whose outputs are uninitialized memory: only shape, dtype and device can be compared.
 UNINITIALIZED_OUTPUTS = frozenset(
@@ -444,8 +447,9 @@ def _units(chunk: int, chunks: int) -> Iterator[tuple[Any, str, Any]]:
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
+    only = set(filter(None, os.environ.get(ONLY_ENV, "").split(",")))
     for index, op in enumerate(op_db):
-        if index % chunks != chunk:
+        if index % chunks != chunk or (only and _op_name(op) not in only):
             continue
         supported = op.supported_dtypes("cpu")
         for dtype_name in FORWARD_DTYPES:
@@ -480,6 +484,8 @@ def worker(chunk: int, chunks: int, samples: int, resume_after: str | None, out:
                 skipping = key != resume_after
                 continue
             emit({"start": key})
+            if os.environ.get(ABORT_ENV) == key:
+                os.abort()  # the crash the tests make on purpose: the driver must count it and go on
             started = time.perf_counter()
             found = random_ops.setdefault(name, _Random())
             try:
@@ -589,6 +595,7 @@ class _Chunk:
     index: int
     out: Path
     resume_after: str | None = None
+    env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = None
     crashes: list[Result] = field(default_factory=list)
     last_size: int = -1
@@ -599,7 +606,12 @@ class _Chunk:
         command += ["--samples", str(samples), "--out", str(self.out)]
         if self.resume_after is not None:
             command += ["--resume-after", self.resume_after]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **(self.env or {})},
+        )
         self.last_size, self.last_progress = -1, time.monotonic()
 
     def poll(self, chunks: int, samples: int) -> bool:
@@ -628,11 +640,14 @@ class _Chunk:
         return True
 
 
-def run_sweep(samples: int, chunks: int = CHUNKS, parallel: int = PARALLEL) -> Summary:
+def run_sweep(
+    samples: int, chunks: int = CHUNKS, parallel: int = PARALLEL, env: dict[str, str] | None = None
+) -> Summary:
+    """Run every chunk in worker processes, `parallel` at a time (`env`: extra environment for them)."""
     started = time.perf_counter()
     summary = Summary(samples)
     with tempfile.TemporaryDirectory(prefix="ember-opinfo-") as tmp:
-        waiting = [_Chunk(i, Path(tmp) / f"chunk{i}.jsonl") for i in range(chunks)]
+        waiting = [_Chunk(i, Path(tmp) / f"chunk{i}.jsonl", env=env) for i in range(chunks)]
         running: list[_Chunk] = []
         done: list[_Chunk] = []
         while waiting or running:

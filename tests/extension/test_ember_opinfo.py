@@ -112,6 +112,18 @@ def test_expected_failures_still_fail(summary: dict[str, Any], expected: dict[st
     )
 
 
+def test_a_crashing_worker_is_counted_and_the_chunk_goes_on() -> None:
+    """A worker that dies (here: aborts on purpose at one unit) costs that unit only."""
+    aborted = sweep.unit_key("forward", "abs", "float64")
+    env = {sweep.ONLY_ENV: "abs,neg", sweep.ABORT_ENV: aborted}
+    result = sweep.run_sweep(1, chunks=1, parallel=1, env=env).to_json()
+    assert result["crashes"] == 1
+    assert result["failures"] == {aborted: "worker process: exit code -6"}  # SIGABRT
+    # The units after the crash ran in a new worker: abs in int64, and all of neg.
+    assert result["forward"]["by_dtype"]["int64"] == {"passed": 2, "total": 2}
+    assert result["forward"]["passed"] == result["forward"]["total"] - 1
+
+
 def test_checked_in_summary_is_current(summary: dict[str, Any]) -> None:
     """Chapter 12 shows opinfo_summary.json: its counts must be this sweep's."""
     if sweep.default_samples() != sweep.CI_SAMPLES:
