@@ -161,7 +161,10 @@ bool drawsDirectly(const at::Tensor& t) {
 // into self by copy_. The same Philox numbers, the same generator offset.
 template <typename Draw>
 at::Tensor& drawVia(at::Tensor& self, Draw&& draw) {
-  if (drawsDirectly(self) || self.numel() == 0) {
+  if (self.numel() == 0) {
+    return self; // nothing to draw, whatever the dtype
+  }
+  if (drawsDirectly(self)) {
     return draw(self);
   }
   if (self.is_complex()) {
