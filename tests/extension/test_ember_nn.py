@@ -278,3 +278,29 @@ def test_bias_gradient_in_bfloat16_equals_cpu() -> None:
         randn(3, 5, dtype=torch.bfloat16),
         randn(3, dtype=torch.bfloat16),
     )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a.int() @ a.int().T,
+        lambda a: a.to(torch.complex64) @ a.to(torch.complex64).T,
+        lambda a: F.conv2d(a.long().view(1, 1, 4, 6), a.long()[:1, :2].reshape(1, 1, 1, 2)),
+        lambda a: F.conv_transpose2d(a.view(1, 1, 4, 6), a[:1, :4].reshape(1, 1, 2, 2)),
+        lambda a: F.conv3d(a.view(1, 1, 2, 2, 6), a[:1, :2].reshape(1, 1, 1, 1, 2)),
+    ],
+    ids=["mm_int32", "mm_complex64", "conv_int64", "conv_transposed", "conv3d"],
+)
+def test_products_chapter_04_refused_now_equal_cpu(call: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    a = torch.arange(24.0).reshape(4, 6)
+    torch.testing.assert_close(call(a.to(EMBER)).cpu(), call(a), rtol=0, atol=0)
+
+
+def test_conv3d_trains_under_autocast() -> None:
+    x = torch.randn(1, 2, 3, 3, 3, device=EMBER)
+    conv = nn.Conv3d(2, 4, 2).to(EMBER)
+    with torch.autocast("ember"):
+        y = conv(x)
+    assert y.dtype == torch.float16
+    y.float().sum().backward()
+    assert conv.weight.grad is not None and conv.weight.grad.dtype == torch.float32

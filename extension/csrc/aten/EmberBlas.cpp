@@ -22,8 +22,7 @@ namespace ember::blas {
 
 using Named = std::pair<const char*, const at::Tensor*>;
 
-// Every tensor of a call on the first one's ember device, with its dtype,
-// which must be one the loops are compiled for.
+// Every tensor of a call on the first one's ember device, with one dtype.
 void checkOperands(const char* op, std::initializer_list<Named> named) {
   // The call reached ember's kernel, so some operand is on ember: compare
   // every operand with the first one that is (a CPU `self` is then named as
@@ -44,10 +43,8 @@ void checkOperands(const char* op, std::initializer_list<Named> named) {
                 first_name, " ", first->scalar_type(), " and ", name, " ",
                 t->scalar_type());
   }
-  const at::ScalarType dtype = first->scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kLong,
-              "ember: ", op, " on ", first->device(), " supports float32, "
-              "float64 and int64 tensors, got ", dtype);
+  // Any dtype: int64 runs chapter 04's loops, the others the host's BLAS,
+  // which raises (with the operator and device) for one it lacks.
 }
 
 // `dims`: 2 for mm and addmm, 3 for bmm.
@@ -93,11 +90,12 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
   const at::Tensor s = use_input ? input->expand(out.sizes()) : at::Tensor();
   const int64_t d = out.dim(), m = out.size(d - 2), n = out.size(d - 1);
   const at::ScalarType dtype = out.scalar_type();
-  if (dtype == at::kFloat || dtype == at::kDouble) {
-    // Floating point goes to the host's BLAS: ATen's CPU matrix products
-    // (oneDNN, MKL or OpenBLAS, tuned for this processor), run by chapter
-    // 12's host kernel on the device's memory, as a real backend calls its
-    // vendor's library. Chapter 04's loops stay the int64 path.
+  if (dtype != at::kLong) {
+    // Floating point (and complex, int32, ...) goes to the host's BLAS:
+    // ATen's CPU matrix products (oneDNN, MKL or OpenBLAS, tuned for this
+    // processor), run by chapter 12's host kernel on the device's memory, as
+    // a real backend calls its vendor's library. Chapter 04's loops stay the
+    // int64 path.
     at::Tensor c = result;
     if (d == 3) {
       at::native::call_fallback_fn<&hostKernel, at::_ops::bmm_out>::call(a, b, c);
@@ -110,7 +108,7 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
     if (!use_input && !alpha.equal(1)) {
       c.mul_(alpha);
     }
-  } else { // int64: checkOperands let nothing else through
+  } else {
     using T = int64_t;
     const Gemm<T> p{
         .batches = d == 3 ? out.size(0) : 1, .m = m, .n = n, .k = a.size(-1),
