@@ -316,36 +316,25 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 namespace ember::conv {
 
-// Chapter 04's kernels: 2-D, not transposed, float64. Everything else
-// (float32, transposed, 1-D and 3-D, other dtypes) goes to the host's
-// convolution library, ATen's CPU convolution (oneDNN for float32 on this
-// machine), on the device's memory: the way a GPU backend calls cuDNN.
-bool chapter04Kernels(const at::Tensor& input, const at::Tensor& weight,
-                      bool transposed) {
-  return !transposed && input.dim() == 4 && weight.dim() == 4 &&
-         input.scalar_type() == at::kDouble &&
-         weight.scalar_type() == at::kDouble;
-}
-
 // conv1d/2d/3d, Conv2d, F.conv2d with padding="same", ... all end in
 // aten::convolution, whose autograd kernel records ConvolutionBackward0 and
 // whose default kernel (_convolution) checks the arguments, turns 1-D into
 // 2-D and, for a device it does not know, calls this operator.
+//
+// Since chapter 12 it runs the host's convolution library, ATen's CPU
+// convolution (oneDNN for float32 on this machine), on the device's memory,
+// the way a GPU backend calls cuDNN: several times faster than chapter 04's
+// im2col kernels, and every case they refused (transposed, 1-D and 3-D,
+// integer and complex dtypes) works.
 at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
     c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
-  constexpr const char* op = "aten::convolution_overrideable";
-  if (!chapter04Kernels(input, weight, transposed)) {
-    return at::native::call_fallback_fn_symint<
-        &hostKernel, at::_ops::convolution>::call(input, weight, bias, stride,
-                                                  padding, dilation, transposed,
-                                                  output_padding, groups);
-  }
-  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
-                          groups.expect_int());
-  return forward(op, input, weight, bias, s);
+  return at::native::call_fallback_fn_symint<
+      &hostKernel, at::_ops::convolution>::call(input, weight, bias, stride,
+                                                padding, dilation, transposed,
+                                                output_padding, groups);
 }
 
 // ConvolutionBackward0 calls aten::convolution_backward, whose default
@@ -357,22 +346,17 @@ convolution_backward_overrideable(
     c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
     std::array<bool, 3> output_mask) {
-  constexpr const char* op = "aten::convolution_backward_overrideable";
-  if (!chapter04Kernels(input, weight, transposed)) {
-    // The bias gradient's shape: one value per output channel.
-    const std::array<c10::SymInt, 1> bias_sizes{
-        weight.sym_size(transposed ? 1 : 0) * (transposed ? groups : 1)};
-    return at::native::call_fallback_fn_symint<
-        &hostKernel, at::_ops::convolution_backward>::call(grad_output, input,
-                                                           weight, bias_sizes,
-                                                           stride, padding,
-                                                           dilation, transposed,
-                                                           output_padding,
-                                                           groups, output_mask);
-  }
-  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
-                          groups.expect_int());
-  return backward(op, grad_output, input, weight, s, output_mask);
+  // The bias gradient's shape: one value per output channel (a transposed
+  // weight holds them in dimension 1, per group).
+  const std::array<c10::SymInt, 1> bias_sizes{
+      transposed ? weight.sym_size(1) * groups : weight.sym_size(0)};
+  return at::native::call_fallback_fn_symint<
+      &hostKernel, at::_ops::convolution_backward>::call(grad_output, input,
+                                                         weight, bias_sizes,
+                                                         stride, padding,
+                                                         dilation, transposed,
+                                                         output_padding,
+                                                         groups, output_mask);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
