@@ -168,14 +168,18 @@ struct EmberAllocator final : public c10::DeviceAllocator {
 static auto* ember_allocator = new EmberAllocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, ember_allocator);
 
-} // namespace ember
-
 // torch.accelerator asks only the process's accelerator for its allocator,
 // and PrivateUse1 is none until a name is registered (chapter 11 renames
 // it). Whoever must empty the cache anyway (book.build() before it replaces
-// a backend) calls this operator.
+// a backend) calls this operator; boxed, as it takes and returns nothing.
+void emptyCacheKernel(const c10::OperatorHandle&, torch::jit::Stack*) {
+  ember_allocator->emptyCache({0, 0});
+}
+
+} // namespace ember
+
 TORCH_LIBRARY_FRAGMENT(ember, m) {
   m.def("_empty_cache() -> ()",
-        [] { ember::ember_allocator->emptyCache({0, 0}); });
+        torch::CppFunction::makeFromBoxedFunction<&ember::emptyCacheKernel>());
 }
 // ember-book: end allocator

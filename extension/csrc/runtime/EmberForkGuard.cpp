@@ -44,11 +44,17 @@ void checkNotForked() {
   (void)armed;
 }
 
+// The device module's _is_in_bad_fork() (torch.manual_seed skips seeding a
+// device in a bad fork) asks through this operator. A boxed kernel: it takes
+// nothing, so PyTorch's unboxing machinery (slow to compile) buys nothing.
+void inBadForkKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  torch::jit::push(*stack, inBadFork());
+}
+
 } // namespace ember
 
-// The device module's _is_in_bad_fork() (torch.manual_seed skips seeding a
-// device in a bad fork) asks through this operator.
 TORCH_LIBRARY_FRAGMENT(ember, m) {
-  m.def("_in_bad_fork() -> bool", [] { return ember::inBadFork(); });
+  m.def("_in_bad_fork() -> bool",
+        torch::CppFunction::makeFromBoxedFunction<&ember::inBadForkKernel>());
 }
 // ember-book: end fork_guard
