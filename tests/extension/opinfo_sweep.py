@@ -550,6 +550,10 @@ class Summary:
                 "percent": round(100 * len(passed_bwd) / max(len(backward), 1), 2),
                 "metadata_only": sum(r.metadata_only for r in passed_bwd),
             },
+            # Ops whose values cannot agree (random draws, uninitialized memory): shape, dtype, device compared.
+            "metadata_only_ops": sorted(
+                {r.op for r in self.results if r.metadata_only and r.status != "skip"}
+            ),
             "crashes": sum(r.status == "crash" for r in self.results),
             "skipped": sum(r.status == "skip" for r in self.results),
             "failures": {r.key: r.detail for r in self.results if r.status in ("fail", "crash")},

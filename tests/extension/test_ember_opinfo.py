@@ -129,7 +129,7 @@ def test_checked_in_summary_is_current(summary: dict[str, Any]) -> None:
     if sweep.default_samples() != sweep.CI_SAMPLES:
         pytest.skip("the checked-in summary is the CI sweep's")
     saved = json.loads(SUMMARY_FILE.read_text(encoding="utf-8"))
-    fields = ("forward", "backward", "crashes", "failures", "samples_per_pair")
+    fields = ("forward", "backward", "crashes", "failures", "samples_per_pair", "metadata_only_ops")
     stale = [f for f in fields if saved.get(f) != summary[f]]
     assert not stale, (
         f"{SUMMARY_FILE.name} is stale in {stale}: regenerate it with "
