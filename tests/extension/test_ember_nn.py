@@ -304,3 +304,11 @@ def test_conv3d_trains_under_autocast() -> None:
     assert y.dtype == torch.float16
     y.float().sum().backward()
     assert conv.weight.grad is not None and conv.weight.grad.dtype == torch.float32
+
+
+def test_the_host_kernel_refuses_a_cpu_tensor_next_to_ember_tensors() -> None:
+    x = torch.randn(1, 2, 5, 5, device=EMBER)
+    with pytest.raises(RuntimeError, match=r"ember: aten::convolution expects ember tensors .* on cpu"):
+        torch.ops.aten.convolution_overrideable(
+            x, torch.randn(3, 2, 3, 3), None, [1], [0], [1], False, [0], 1
+        )

@@ -43,9 +43,19 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const c10::IValue& value = (*stack)[i];
     TORCH_CHECK(!value.isTensorList() && !value.isOptionalTensorList(),
                 "ember: the host kernel of ", name, " takes no tensor lists");
-    if (value.isTensor() && value.toTensor().is_privateuseone()) {
-      tensors.push_back(value.toTensor());
+    if (!value.isTensor() || !value.toTensor().defined()) {
+      continue;
+    }
+    const at::Tensor& t = value.toTensor();
+    if (t.is_privateuseone()) {
+      tensors.push_back(t);
       positions.push_back(i);
+    } else {
+      // Only a CPU scalar may come along; the CPU kernel would take any
+      // other CPU tensor as is, and mix devices behind the caller's back.
+      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
+                  "ember tensors (and CPU scalars), got a ", t.dim(),
+                  "-D tensor on ", t.device());
     }
   }
   TORCH_CHECK(!tensors.empty(), "ember: ", name, " reached the host kernel ",
