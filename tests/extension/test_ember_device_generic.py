@@ -54,6 +54,7 @@ OPS = {
 MODULES = {
     "nn.BatchNorm2d", "nn.Conv2d", "nn.Dropout", "nn.Embedding", "nn.GELU", "nn.LayerNorm", "nn.Linear",
     "nn.MaxPool2d", "nn.ReLU", "nn.Sigmoid", "nn.Softmax", "nn.Tanh", "nn.AdaptiveAvgPool2d", "nn.Flatten",
+    "nn.LSTM", "nn.GRUCell",
 }  # fmt: skip
 SAMPLES = 3  # per op and dtype
 
