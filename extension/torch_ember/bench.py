@@ -3,8 +3,9 @@
     python -m torch_ember.bench [--json PATH] [--repeat N]
     python -m torch_ember.bench --profile {cnn,mlp}   # where a training step's time goes, by operator
 
-Every figure is a ratio of two medians measured in the same run, interleaved (one call of
-each side in turn, round after round), so machine load affects both sides alike. Every timed
+Every ratio is measured in one run, interleaved: each round times one call of each side, back
+to back, and the figure is the median over rounds of the per-round ratio, so machine load that
+comes and goes during the run affects both sides of a round alike. Every timed
 ember call ends with `torch.accelerator.synchronize()`, so its work is finished, not only queued
 (``synchronize_us``: what that costs on an idle device; ``ember_synchronize_us``: the same wait
 through `torch.ember.synchronize()`); CPU calls are timed bare.
@@ -137,9 +138,9 @@ def synced(call: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
-def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[float]:
-    """Median seconds of each call, timed in turn within each round. Nothing is added to a call:
-    ember calls come wrapped in `synced`, CPU calls bare."""
+def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[list[float]]:
+    """Seconds of each call in each round, the calls timed in turn within a round. Nothing is added
+    to a call: ember calls come wrapped in `synced`, CPU calls bare."""
     for _ in range(warmup):
         for call in calls:
             call()
@@ -149,7 +150,17 @@ def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2)
             start = time.perf_counter()
             call()
             samples.append(time.perf_counter() - start)
-    return [statistics.median(samples) for samples in times]
+    return times
+
+
+def ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of numerator / denominator, each pair timed back to back: load that
+    comes and goes during a run cancels within a round (it would skew a ratio of two medians)."""
+    return statistics.median(n / d for n, d in zip(numerator, denominator, strict=True))
+
+
+def median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
 
 
 def _pair(numel: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,10 +179,10 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
     cpu, ember = interleaved(
         [lambda: torch.add(a, b, out=out), synced(lambda: torch.add(ea, eb, out=eout))], repeat
     )
-    results["add_1m_vs_cpu"] = ember / cpu
-    results["add_1m_cpu_us"] = cpu * 1e6
+    results["add_1m_vs_cpu"] = ratio(ember, cpu)
+    results["add_1m_cpu_us"] = median_us(cpu)
     cpu, ember = interleaved([lambda: a + b, synced(lambda: ea + eb)], repeat)
-    results["add_1m_alloc_vs_cpu"] = ember / cpu
+    results["add_1m_alloc_vs_cpu"] = ratio(ember, cpu)
 
     one, eone = torch.ones(1), torch.ones(1, device="ember")
     cpu, ember, unsynced, sync, module_sync = interleaved(
@@ -184,13 +195,13 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
         ],
         repeat * 5,
     )
-    results["latency_1elem_vs_cpu"] = ember / cpu
+    results["latency_1elem_vs_cpu"] = ratio(ember, cpu)
     # Without the synchronize: what a caller waits before it can queue the next operation.
-    results["latency_1elem_unsynced_vs_cpu"] = unsynced / cpu
-    results["latency_1elem_cpu_us"] = cpu * 1e6
-    results["latency_1elem_ember_us"] = ember * 1e6
-    results["synchronize_us"] = sync * 1e6  # included in every ember figure
-    results["ember_synchronize_us"] = module_sync * 1e6
+    results["latency_1elem_unsynced_vs_cpu"] = ratio(unsynced, cpu)
+    results["latency_1elem_cpu_us"] = median_us(cpu)
+    results["latency_1elem_ember_us"] = median_us(ember)
+    results["synchronize_us"] = median_us(sync)  # included in every ember figure
+    results["ember_synchronize_us"] = median_us(module_sync)
 
     fallback_add = torch_ember._C._fallback_add
     for label, numel in (("1m", 1 << 20), ("1k", 1 << 10)):
@@ -198,7 +209,7 @@ def _measure_add(repeat: int, results: dict[str, float]) -> None:
         native, fallback = interleaved(
             [synced(lambda x=x, y=y: x + y), synced(lambda x=x, y=y: fallback_add(x, y))], repeat
         )
-        results[f"fallback_vs_native_{label}"] = fallback / native
+        results[f"fallback_vs_native_{label}"] = ratio(fallback, native)
 
 
 # -- Copies and the allocator ---------------------------------------------------------------
@@ -217,10 +228,10 @@ def _measure_copies(repeat: int, results: dict[str, float]) -> None:
         ],
         max(3, repeat // 5),  # a 64 MiB copy varies by +-10% on a busy machine: 40 rounds by default
     )
-    results["h2d_vs_memcpy"] = memcpy / h2d
-    results["d2h_vs_memcpy"] = memcpy / d2h
-    results["h2d_async_vs_memcpy"] = memcpy / h2d_async
-    results["memcpy_gbps"] = COPY_BYTES / memcpy / 1e9
+    results["h2d_vs_memcpy"] = ratio(memcpy, h2d)
+    results["d2h_vs_memcpy"] = ratio(memcpy, d2h)
+    results["h2d_async_vs_memcpy"] = ratio(memcpy, h2d_async)
+    results["memcpy_gbps"] = COPY_BYTES / statistics.median(memcpy) / 1e9
 
 
 def _support_library() -> ctypes.CDLL:
@@ -263,11 +274,10 @@ def _measure_allocator(repeat: int, results: dict[str, float]) -> None:
         for _ in range(max(5, repeat // 10)):
             cached_blocks.append(_alloc_free_seconds(lib, raw=False, touch=touch))
             raw_blocks.append(_alloc_free_seconds(lib, raw=True, touch=touch))
-        cached, raw = statistics.median(cached_blocks), statistics.median(raw_blocks)
-        results[key] = raw / cached
+        results[key] = ratio(raw_blocks, cached_blocks)
         suffix = "_used" if touch else ""
-        results[f"alloc_free{suffix}_cached_us"] = cached * 1e6
-        results[f"alloc_free{suffix}_driver_us"] = raw * 1e6
+        results[f"alloc_free{suffix}_cached_us"] = median_us(cached_blocks)
+        results[f"alloc_free{suffix}_driver_us"] = median_us(raw_blocks)
 
 
 # -- Training steps ---------------------------------------------------------------------------
@@ -343,8 +353,8 @@ def _measure_steps(repeat: int, results: dict[str, float], fallback_ops: dict[st
     for name in MODELS:
         cpu_step, ember_step = TrainingStep(name, "cpu"), TrainingStep(name, "ember")
         cpu, ember = interleaved([cpu_step, synced(ember_step)], max(3, repeat // 10))
-        results[f"{name}_step_vs_cpu"] = ember / cpu
-        results[f"{name}_step_cpu_us"] = cpu * 1e6
+        results[f"{name}_step_vs_cpu"] = ratio(ember, cpu)
+        results[f"{name}_step_cpu_us"] = median_us(cpu)
         count, names = fallback_calls(ember_step)  # after interleaved's warm-up: a steady step
         results[f"fallback_calls_{name}_step"] = count
         fallback_ops[name] = names

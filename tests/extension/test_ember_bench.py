@@ -87,11 +87,18 @@ def test_only_the_ember_side_is_synchronized(monkeypatch: pytest.MonkeyPatch) ->
     # A CPU call is timed bare: a synchronize added to it would shrink every ember / CPU ratio.
     calls: list[str] = []
     monkeypatch.setattr(bench, "_synchronize", lambda: calls.append("sync"))
-    medians = bench.interleaved(
+    samples = bench.interleaved(
         [lambda: calls.append("cpu"), bench.synced(lambda: calls.append("ember"))], rounds=3, warmup=1
     )
-    assert len(medians) == 2 and all(median >= 0 for median in medians)
+    assert [len(times) for times in samples] == [3, 3]
     assert calls == ["cpu", "ember", "sync"] * 4
+
+
+def test_a_ratio_is_the_median_of_the_rounds_ratios() -> None:
+    # Round by round: a slow round (both sides 10x) does not move the figure.
+    assert bench.ratio([2.0, 20.0, 2.0], [1.0, 10.0, 1.0]) == 2.0
+    # Per round 2, 0.2, 2: the figure is 2 (the ratio of the two medians would be 0.2).
+    assert bench.ratio([2.0, 2.0, 20.0], [1.0, 10.0, 10.0]) == 2.0
 
 
 def test_targets_read_both_ways() -> None:
