@@ -62,7 +62,7 @@ CHILD = textwrap.dedent(
     )
     facts["mlp"] = fallback_calls(training_step(mlp, torch.randn(64, 256)))
     facts["cnn"] = fallback_calls(training_step(cnn, torch.randn(32, 3, 32, 32)))
-    square = torch.randn(4, 4, device=E)
+    square = torch.randn(4, 4).to(E)
     facts["probe"] = fallback_calls(lambda: torch.linalg.matrix_norm(square, ord="nuc"))
 
     a, b = torch.randn(6, 5), torch.randn(6, 5)
@@ -77,7 +77,7 @@ CHILD = textwrap.dedent(
         for dtype in (torch.float16, torch.bfloat16)
     }
     try:
-        F.nll_loss(torch.randn(2, 3, device=E), torch.tensor([0, 5], device=E))
+        F.nll_loss(torch.randn(2, 3).to(E), torch.tensor([0, 5]).to(E))
     except IndexError as error:
         facts["nll_error"] = str(error)
     print(json.dumps(facts))
