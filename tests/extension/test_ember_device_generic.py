@@ -13,6 +13,7 @@ and ModuleInfo instead of the subsets.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import sys
@@ -58,6 +59,19 @@ MODULES = {
 }  # fmt: skip
 SAMPLES = 3  # per op and dtype
 
+# Ops these tests cannot judge (only EMBER_FULL_SWEEP=1 reaches them): as_strided and its kin read the
+# storage around a view, which neither a non-contiguous copy nor a copy to the CPU preserves, and
+# view_as_complex refuses a last dimension with a stride other than 1, on every device. Sparse layouts
+# are not supported on ember (see opinfo_expected_failures.toml).
+LAYOUT_DEPENDENT = {
+    "as_strided",
+    "as_strided_copy",
+    "as_strided_scatter",
+    "as_strided.partial_views",
+    "view_as_complex",
+}
+SPARSE = {"to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"}
+
 
 def _name(info: Any) -> str:
     return f"{info.name}.{info.variant_test_name}" if getattr(info, "variant_test_name", "") else info.name
@@ -69,6 +83,18 @@ selected_modules = [m for m in module_db if FULL or m.name in MODULES]
 
 def _to_cpu(value: Any) -> Any:
     return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, value)
+
+
+def _twin(value: Any) -> Any:
+    """A constructor argument for the CPU twin: tensors copied, modules (an encoder's layer) deep-copied."""
+    if isinstance(value, torch.nn.Module):
+        return copy.deepcopy(value).cpu()
+    return _to_cpu(value)
+
+
+def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Constructor keyword arguments for the CPU twin, a `device` argument naming the CPU."""
+    return {k: ("cpu" if k == "device" else _twin(v)) for k, v in kwargs.items()}
 
 
 def _values_comparable(op: Any, cpu_sample: Any) -> bool:
@@ -86,6 +112,8 @@ class TestEmberGeneric(TestCase):
 
     @ops(selected_ops, allowed_dtypes=(torch.float32,))
     def test_matches_cpu(self, device: str, dtype: torch.dtype, op: Any) -> None:
+        if _name(op) in LAYOUT_DEPENDENT | SPARSE:
+            self.skipTest("the result depends on the storage layout, or the layout is sparse")
         # Samples made on ember; the same values copied to the CPU give the reference.
         for sample in list(op.sample_inputs(device, dtype))[:SAMPLES]:
             cpu = sample.transform(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x)
@@ -98,6 +126,8 @@ class TestEmberGeneric(TestCase):
 
     @ops(selected_ops, allowed_dtypes=(torch.float32,))
     def test_noncontiguous_inputs(self, device: str, dtype: torch.dtype, op: Any) -> None:
+        if _name(op) in LAYOUT_DEPENDENT | SPARSE:
+            self.skipTest("the result depends on the storage layout, or the layout is sparse")
         # The same values in non-contiguous tensors must give the same result: ember's kernels and its
         # fallback's copies must honour strides.
         for sample in list(op.sample_inputs(device, dtype))[:SAMPLES]:
@@ -127,7 +157,9 @@ class TestEmberGeneric(TestCase):
             torch.manual_seed(0)
             module = module_info.module_cls(*args, **kwargs).to(device=device, dtype=dtype).train(training)
             reference = (
-                module_info.module_cls(*_to_cpu(args), **_to_cpu(kwargs)).to(dtype=dtype).train(training)
+                module_info.module_cls(*[_twin(a) for a in args], **_on_cpu(kwargs))
+                .to(dtype=dtype)
+                .train(training)
             )
             reference.load_state_dict(_to_cpu(module.state_dict()))
             forward_args = module_input.forward_input.args
