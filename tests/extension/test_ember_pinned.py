@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch_ember  # noqa: F401 (registers the ember device)
+import torch_ember
 
 
 def test_pin_memory_and_is_pinned() -> None:
@@ -57,3 +57,19 @@ def test_a_dataloader_pins_its_batches() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8.0))
     loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
     assert all(batch.is_pinned() for (batch,) in loader)
+
+
+def test_the_host_allocator_registered_for_privateuse1_serves_pin_memory() -> None:
+    """at::getHostAllocator(PrivateUse1) is ember's: its stats count the blocks pin_memory() maps and unmaps."""
+    stats = torch_ember._C._host_allocator_stats
+    before = stats()
+    pinned = torch.ones(1024).pin_memory()
+    during = stats()
+    assert during["num_host_alloc"] == before["num_host_alloc"] + 1
+    assert during["active_bytes.current"] == before["active_bytes.current"] + 4096
+    assert during["active_requests.current"] == before["active_requests.current"] + 1
+    del pinned
+    after = stats()
+    assert after["num_host_free"] == before["num_host_free"] + 1
+    assert after["active_bytes.current"] == before["active_bytes.current"]
+    torch.accelerator.empty_host_cache()  # nothing cached: a no-op that must not fail

@@ -10,8 +10,11 @@
 // operator through the CPU fallback even when ember has a native kernel for
 // it, so native and fallback can be timed side by side in one process; one
 // times allocate+free pairs through the device cache and the raw driver.
+// One reads the host allocator registered for PrivateUse1 (pinned memory):
+// PyTorch has no Python binding for a PrivateUse1 host allocator's stats.
 //
 // Not shown in the book: the chapters load their backend with load_inline.
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -19,6 +22,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -70,6 +74,19 @@ std::pair<double, double> allocFreeSeconds(int64_t nbytes, int64_t iterations) {
           std::chrono::duration<double>(driver - cached).count()};
 }
 
+// What at::getHostAllocator(PrivateUse1) reports: current and peak
+// pinned blocks and bytes, and how many blocks were mapped and unmapped.
+std::map<std::string, int64_t> hostAllocatorStats() {
+  const at::HostStats stats =
+      at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
+  return {{"active_requests.current", stats.active_requests.current},
+          {"active_requests.peak", stats.active_requests.peak},
+          {"active_bytes.current", stats.active_bytes.current},
+          {"active_bytes.peak", stats.active_bytes.peak},
+          {"num_host_alloc", stats.num_host_alloc},
+          {"num_host_free", stats.num_host_free}};
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -79,4 +96,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_alloc_free_seconds", &allocFreeSeconds, pybind11::arg("nbytes"), pybind11::arg("iterations"),
         "(cached, driver): seconds for `iterations` allocate+free pairs "
         "through the allocator and through the driver (for benchmarks)");
+  m.def("_host_allocator_stats", &hostAllocatorStats,
+        "the stats of PrivateUse1's registered host (pinned memory) allocator");
 }

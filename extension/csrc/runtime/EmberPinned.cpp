@@ -15,6 +15,7 @@
 #include "driver/ember_driver.h"
 
 // ember-book: begin pinned_memory
+#include <ATen/core/CachingHostAllocator.h> // at::HostAllocator
 #include <sys/mman.h> // mmap, munmap
 
 #include "runtime/EmberHooks.h" // the slots: PlugPinnedMemory
@@ -41,6 +42,10 @@ std::mutex& pinnedMutex() {
 std::map<uintptr_t, PinnedBlock*>& pinnedBlocks() {
   static auto* blocks = new std::map<uintptr_t, PinnedBlock*>;
   return *blocks;
+}
+at::HostStats& pinnedStats() { // with pinnedMutex() held
+  static auto* stats = new at::HostStats;
+  return *stats;
 }
 
 PinnedBlock* findPinned(const void* ptr) { // with pinnedMutex() held
@@ -86,6 +91,12 @@ void freePinned(void* context) {
   {
     std::lock_guard<std::mutex> lock(pinnedMutex());
     pinnedBlocks().erase(reinterpret_cast<uintptr_t>(block->data));
+    at::HostStats& stats = pinnedStats();
+    stats.active_requests.decrease(1);
+    stats.active_bytes.decrease(block->size);
+    stats.allocations.decrease(1);
+    stats.allocated_bytes.decrease(block->size);
+    stats.num_host_free += 1;
   }
   for (const emSyncEvent_t use : block->uses) {
     (void)emSyncEventSynchronize(use);
@@ -95,7 +106,10 @@ void freePinned(void* context) {
   delete block;
 }
 
-struct PinnedAllocator final : public c10::Allocator {
+// Registered as PrivateUse1's host allocator (at::getHostAllocator), which
+// PyTorch's generic code asks for pinned memory, stream uses and stats. It
+// caches nothing: a freed block goes back to the OS once its copies finish.
+struct PinnedAllocator final : public at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) {
       return {nullptr, c10::Device(c10::DeviceType::CPU)};
@@ -110,6 +124,12 @@ struct PinnedAllocator final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(pinnedMutex());
       pinnedBlocks()[reinterpret_cast<uintptr_t>(data)] = block;
+      at::HostStats& stats = pinnedStats();
+      stats.active_requests.increase(1);
+      stats.active_bytes.increase(nbytes);
+      stats.allocations.increase(1);
+      stats.allocated_bytes.increase(nbytes);
+      stats.num_host_alloc += 1;
     }
     // A CPU tensor's memory: the host reads it directly.
     return {data, block, &freePinned, c10::Device(c10::DeviceType::CPU)};
@@ -118,12 +138,64 @@ struct PinnedAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, size_t count) const override {
     std::memcpy(dest, src, count);
   }
+
+  // "This block is used by work queued on `stream`": it is not unmapped
+  // before that work has finished (our copy_ kernel records its own uses).
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
+    if (ctx == nullptr || stream.device_type() != c10::DeviceType::PrivateUse1) {
+      return false;
+    }
+    recordPinnedUse(ptr, stream.device_index(), stream.id());
+    return true;
+  }
+
+  void empty_cache() override {} // nothing is cached
+
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(pinnedMutex());
+    return pinnedStats();
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(pinnedMutex());
+    at::HostStats& stats = pinnedStats();
+    for (c10::CachingAllocator::Stat* stat :
+         {&stats.active_requests, &stats.active_bytes, &stats.allocations,
+          &stats.allocated_bytes}) {
+      stat->reset_accumulated();
+    }
+    stats.num_host_alloc = stats.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(pinnedMutex());
+    at::HostStats& stats = pinnedStats();
+    for (c10::CachingAllocator::Stat* stat :
+         {&stats.active_requests, &stats.active_bytes, &stats.allocations,
+          &stats.allocated_bytes}) {
+      stat->reset_peak();
+    }
+  }
 };
 
-c10::Allocator* pinnedAllocator() {
+PinnedAllocator& thePinnedAllocator() {
   static PinnedAllocator allocator;
-  return &allocator;
+  return allocator;
 }
+c10::Allocator* pinnedAllocator() {
+  return &thePinnedAllocator();
+}
+
+// PrivateUse1's host allocator while this library is loaded. The registry
+// keeps a plain pointer, so unloading clears it rather than leave it
+// dangling (getHostAllocator then says none is registered).
+struct HostAllocatorSlot {
+  HostAllocatorSlot() {
+    at::setHostAllocator(c10::DeviceType::PrivateUse1, &thePinnedAllocator());
+  }
+  ~HostAllocatorSlot() {
+    at::setHostAllocator(c10::DeviceType::PrivateUse1, nullptr);
+  }
+};
+static HostAllocatorSlot host_allocator_slot;
 
 // Into the hooks' slot (the stable library's): Tensor.pin_memory() and
 // Tensor.is_pinned() reach these through at::PrivateUse1HooksInterface.
