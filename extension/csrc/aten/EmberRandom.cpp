@@ -566,6 +566,8 @@ std::tuple<at::Tensor, at::Tensor> nativeDropoutAnyDtype(
     const at::Tensor&, double, std::optional<bool>);
 at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor&, const at::Tensor&,
                                          double);
+at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
+                        at::Tensor& out); // chapter 08's, unchanged
 } // namespace ember
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
