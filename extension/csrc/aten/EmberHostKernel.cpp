@@ -46,8 +46,19 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!value.isTensor() || !value.toTensor().defined()) {
       continue;
     }
-    const at::Tensor& t = value.toTensor();
+    at::Tensor t = value.toTensor();
     if (t.is_privateuseone()) {
+      // A lazily conjugated or negated view (A.conj(), A.mH) holds the
+      // plain values; the bit is on the tensor and a host view would drop
+      // it. Inputs are resolved on the device first; outputs cannot be.
+      if (t.is_conj() || t.is_neg()) {
+        const c10::AliasInfo* alias = schema.arguments()[i - first].alias_info();
+        TORCH_CHECK(alias == nullptr || !alias->isWrite(), "ember: ", name,
+                    " cannot write into a conjugated or negated view on ",
+                    t.device(), "; resolve_conj() it first");
+        t = t.resolve_conj().resolve_neg();
+        (*stack)[i] = t;
+      }
       tensors.push_back(t);
       positions.push_back(i);
     } else {

@@ -44,14 +44,23 @@ void checkBatchNorm(const char* op, const Tensor& input) {
 // Training: normalizes with the batch's statistics, returns them (for the
 // backward) and updates the running ones in place. Evaluation: uses the
 // running statistics; the saved ones are empty, as on the CPU.
+// ATen's CPU out= kernels read an input whose strides are neither
+// contiguous nor channels-last wrongly (a `[..., ::2]` view gives other
+// numbers than the functional CPU call), so the kernels hand them a dense
+// copy in the input's suggested layout.
+Tensor dense(const Tensor& t) {
+  return t.contiguous(t.suggest_memory_format());
+}
+
 std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
-    const Tensor& input, const OptionalTensor& weight,
+    const Tensor& input_, const OptionalTensor& weight,
     const OptionalTensor& bias, const OptionalTensor& running_mean,
     const OptionalTensor& running_var, bool training, double momentum,
     double eps) {
   constexpr const char* op = "aten::native_batch_norm";
-  checkBatchNorm(op, input);
-  const c10::DeviceGuard guard(input.device());
+  checkBatchNorm(op, input_);
+  const c10::DeviceGuard guard(input_.device());
+  const Tensor input = dense(input_);
   const auto stats = input.options().dtype(
       statsType(input, {&weight, &bias, &running_mean, &running_var}));
   const int64_t channels = training ? input.size(1) : 0;
@@ -75,19 +84,22 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
 }
 
 std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
-    const Tensor& grad_out, const Tensor& input, const OptionalTensor& weight,
+    const Tensor& grad_out_, const Tensor& input_, const OptionalTensor& weight,
     const OptionalTensor& running_mean, const OptionalTensor& running_var,
     const OptionalTensor& save_mean, const OptionalTensor& save_invstd,
     bool train, double eps, std::array<bool, 3> output_mask) {
   constexpr const char* op = "aten::native_batch_norm_backward";
-  checkBatchNorm(op, input);
-  TORCH_CHECK(grad_out.sizes() == input.sizes(), "ember: ", op, " on ",
-              input.device(), " expects grad_out of the input's shape ",
-              input.sizes(), ", got ", grad_out.sizes());
-  const c10::DeviceGuard guard(input.device());
+  checkBatchNorm(op, input_);
+  TORCH_CHECK(grad_out_.sizes() == input_.sizes(), "ember: ", op, " on ",
+              input_.device(), " expects grad_out of the input's shape ",
+              input_.sizes(), ", got ", grad_out_.sizes());
+  const c10::DeviceGuard guard(input_.device());
+  const Tensor input = dense(input_);
+  const Tensor grad_out = grad_out_.contiguous(input.suggest_memory_format());
   const auto stats = input.options().dtype(
       statsType(input, {&weight, &running_mean, &save_mean}));
-  // ATen's out= overload writes all three results, asked for or not.
+  // The results the mask asks for are copied into these (ATen's out=
+  // overload refuses a result it leaves undefined, e.g. with no weight).
   Tensor grad_input = at::empty(
       input.sizes(), input.options().memory_format(input.suggest_memory_format()));
   Tensor grad_weight = at::empty({input.size(1)}, stats);
@@ -97,12 +109,17 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
           &orUndefined(running_var), &orUndefined(save_mean),
           &orUndefined(save_invstd), &grad_input, &grad_weight, &grad_bias},
          [&](const HostView& host) {
-           Tensor h_gi = host(grad_input), h_gw = host(grad_weight),
-                  h_gb = host(grad_bias);
-           at::native_batch_norm_backward_outf(
+           const auto [gi, gw, gb] = at::native_batch_norm_backward(
                host(grad_out), host(input), host(weight), host(running_mean),
                host(running_var), host(save_mean), host(save_invstd), train,
-               eps, output_mask, h_gi, h_gw, h_gb);
+               eps, output_mask);
+           for (const auto& [result, out] :
+                {std::pair{gi, &grad_input}, std::pair{gw, &grad_weight},
+                 std::pair{gb, &grad_bias}}) {
+             if (result.defined()) {
+               host(*out).copy_(result);
+             }
+           }
          });
   return {output_mask[0] ? grad_input : Tensor(),
           output_mask[1] ? grad_weight : Tensor(),
