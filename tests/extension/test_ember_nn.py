@@ -312,3 +312,51 @@ def test_the_host_kernel_refuses_a_cpu_tensor_next_to_ember_tensors() -> None:
         torch.ops.aten.convolution_overrideable(
             x, torch.randn(3, 2, 3, 3), None, [1], [0], [1], False, [0], 1
         )
+
+
+STRIDED_LAYOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "every other column": lambda t: t[..., ::2],
+    "transposed strides": lambda t: t.transpose(1, 2).contiguous().transpose(1, 2),
+}
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no-weight"])
+@pytest.mark.parametrize("layout", list(STRIDED_LAYOUTS))
+def test_batch_norm_of_a_strided_input_equals_cpu(layout: str, affine: bool) -> None:
+    """ATen's CPU out= kernel misreads such inputs; the ember kernel must not pass that on."""
+    view = STRIDED_LAYOUTS[layout]
+    x, weight, bias = torch.randn(2, 6, 8), torch.randn(6), torch.randn(6)
+    grad = torch.randn(view(x).shape)
+    results = []
+    for device in ("cpu", EMBER):
+        leaves = [t.to(device).requires_grad_() for t in ([x, weight, bias] if affine else [x])]
+        params = leaves[1:] if affine else [None, None]
+        y = F.batch_norm(view(leaves[0]), None, None, *params, training=True)
+        grads = torch.autograd.grad(y, leaves, grad.to(device))
+        results.append([y.cpu(), *(g.cpu() for g in grads)])
+    for ember_value, cpu_value in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(ember_value, cpu_value)
+
+
+def test_layer_norm_of_a_strided_input_equals_cpu() -> None:
+    x, weight, bias = torch.randn(2, 3, 8), torch.randn(4), torch.randn(4)
+    expected = F.layer_norm(x[..., ::2], (4,), weight, bias)
+    got = F.layer_norm(x.to(EMBER)[..., ::2], (4,), weight.to(EMBER), bias.to(EMBER))
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+@pytest.mark.parametrize(
+    "product",
+    [
+        lambda a, b: a.mH @ b,
+        lambda a, b: a.conj() @ b,
+        lambda a, b: torch.addmm(b, a, b.mH),
+        lambda a, b: torch.bmm(a[None].conj(), b[None]),
+        lambda a, b: a.conj() + b,
+    ],
+    ids=["mH-mm", "conj-mm", "addmm-mH", "bmm-conj", "add-conj"],
+)
+def test_lazily_conjugated_inputs_are_resolved(product: Callable[..., torch.Tensor]) -> None:
+    """A conj view's memory holds the plain values: the host kernel must not drop the bit."""
+    a, b = torch.randn(3, 3, dtype=torch.complex64), torch.randn(3, 3, dtype=torch.complex64)
+    torch.testing.assert_close(product(a.to(EMBER), b.to(EMBER)).cpu(), product(a, b))
