@@ -178,8 +178,6 @@ instantiate_device_type_tests(TestEmberGeneric, globals(), only_for=("privateuse
 KNOWN_FAILURES = {
     "test_matches_cpu_nn_functional_layer_norm_ember_float32": "a layer_norm over one element gives bias plus "
     "about 7e-5 where the CPU gives exactly bias (ember's fused a*x+b form loses x - mean = 0)",
-    "test_noncontiguous_inputs_nn_functional_layer_norm_ember_float32": "ember's layer_norm ignores the "
-    "strides of a non-contiguous input",
 }
 
 
