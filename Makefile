@@ -9,7 +9,7 @@ RUFF := $(VENV)/bin/ruff
 RUFF_ARGS := --line-length 110 --target-version py311
 EXTENSION_SOURCES := $(shell find extension -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.toml' \) -not -path '*/build/*' -not -path '*.egg-info/*')
 
-.PHONY: book test setup extension lint sync-check execute bench lab clean
+.PHONY: book test setup extension lint sync-check execute bench conformance lab clean
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -35,7 +35,8 @@ book: setup
 test: setup extension lint sync-check
 	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension
 	$(PYTEST) tests/extension
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
+	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
 
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension
@@ -56,6 +57,11 @@ bench: setup extension
 	$(PY) -m book.bench
 	$(PY) extension/bench/driver_bench.py
 	$(PY) -m torch_ember.bench
+
+# After a kernel change: sweep PyTorch's OpInfo database again (ember against the CPU) and rewrite the
+# summary chapter 12 reads and the strict expected-failures file the package's tests check.
+conformance: setup extension
+	$(PY) tests/extension/opinfo_sweep.py --json tests/extension/opinfo_summary.json --write-expected tests/extension/opinfo_expected_failures.toml
 
 # Containers often run as root, which JupyterLab refuses without --allow-root.
 lab: setup
