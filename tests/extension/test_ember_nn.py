@@ -16,29 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from torch_ember.bench import cnn, mlp  # the benchmark's models: the steps it times
 
 EMBER = torch.device("ember", 0)
 LOW_PRECISION = [torch.float16, torch.bfloat16]
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-
-
-def cnn() -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
-        nn.BatchNorm2d(16),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Dropout(0.1),
-        nn.Linear(32, 10),
-    )
 
 
 def training_step(kind: str, device: torch.device | str) -> tuple[nn.Module, Callable[[], float]]:

@@ -104,11 +104,45 @@ def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
         call(torch.empty(4, device=E))
 
 
-def test_unsupported_dtypes_and_random_ops_without_kernels() -> None:
-    with pytest.raises(RuntimeError, match=r"uniform_ has no ember kernel for Int tensors on ember:0"):
-        torch.empty(3, dtype=torch.int32, device=E).uniform_()
+@pytest.mark.parametrize(
+    ("draw", "message"),
+    [
+        (
+            lambda: torch.empty(3, dtype=torch.int32, device=E).uniform_(),
+            "uniform_ is not implemented for Int",
+        ),
+        (lambda: torch.empty(3, dtype=torch.bool, device=E).normal_(), "normal_ is not implemented for Bool"),
+        (
+            lambda: torch.empty(3, dtype=torch.int64, device=E).exponential_(),
+            "exponential_ is not implemented",
+        ),
+        (
+            lambda: torch.empty(3, dtype=torch.int16, device=E).cauchy_(),
+            "cauchy_ is not implemented for Short",
+        ),
+        (lambda: torch.empty(3, dtype=torch.bool, device=E).geometric_(0.5), "geometric_ is not implemented"),
+        (
+            lambda: torch.empty(3, dtype=torch.complex64, device=E).bernoulli_(0.5),
+            "bernoulli_ is not implemented",
+        ),
+        (
+            lambda: torch.empty(3, dtype=torch.uint8, device=E).random_(0, 300),
+            "to - 1 is out of bounds for Byte",
+        ),
+        (
+            lambda: torch.empty(3, dtype=torch.int8, device=E).random_(-200, 5),
+            "from is out of bounds for Char",
+        ),
+    ],
+)
+def test_a_dtype_the_cpu_refuses_is_refused_not_filled_with_truncated_draws(draw, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(RuntimeError, match=message):
+        draw()
+
+
+def test_random_ops_without_kernels_are_refused_by_the_fallback() -> None:
     with pytest.raises(RuntimeError, match="cannot fall back to the CPU because it draws random numbers"):
-        torch.empty(3, device=E).cauchy_()
+        torch.poisson(torch.ones(3, device=E))
 
 
 def test_bad_state_is_refused() -> None:

@@ -31,8 +31,23 @@ at::Tensor drawBuffer(const at::Tensor& self) {
   return at::empty(self.sizes(), self.options().dtype(work));
 }
 
+// The dtypes a random operator fills, as on the CPU; any other is refused
+// there, and here too: drawing floats into an int32 tensor's uniform_ would
+// truncate them to zeros without a word.
+void checkFillable(const char* op, const at::Tensor& self, bool integers,
+                   bool complex) {
+  const at::ScalarType type = self.scalar_type();
+  const bool ok = at::isFloatingType(type) ||
+      (complex && at::isComplexType(type)) ||
+      (integers && at::isIntegralType(type, /*includeBool=*/true));
+  TORCH_CHECK_NOT_IMPLEMENTED(ok, "ember: ", op, " is not implemented for ",
+                              type, " tensors (on ", self.device(),
+                              ", as on the CPU)");
+}
+
 at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
                     std::optional<at::Generator> generator) {
+  checkFillable("aten::cauchy_", self, /*integers=*/false, /*complex=*/false);
   TORCH_CHECK(sigma > 0.0, "ember: aten::cauchy_ expects sigma > 0.0, got ",
               sigma);
   // Inversion: median + sigma * tan(pi * (u - 1/2)) for u uniform in [0, 1).
@@ -43,6 +58,8 @@ at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
 
 at::Tensor& logNormal_(at::Tensor& self, double mean, double std,
                        std::optional<at::Generator> generator) {
+  checkFillable("aten::log_normal_", self, /*integers=*/false,
+                /*complex=*/false);
   TORCH_CHECK(std > 0.0, "ember: aten::log_normal_ expects std > 0.0, got ",
               std);
   at::Tensor x = drawBuffer(self).normal_(mean, std, generator);
@@ -51,6 +68,9 @@ at::Tensor& logNormal_(at::Tensor& self, double mean, double std,
 
 at::Tensor& geometric_(at::Tensor& self, double p,
                        std::optional<at::Generator> generator) {
+  checkFillable("aten::geometric_", self,
+                /*integers=*/self.scalar_type() != at::kBool,
+                /*complex=*/false);
   TORCH_CHECK(p > 0.0 && p < 1.0, "ember: aten::geometric_ expects p in ",
               "(0, 1), got ", p);
   // The number of trials up to the first success: ceil(log(v) / log(1 - p))
@@ -179,6 +199,7 @@ at::Tensor& drawVia(at::Tensor& self, Draw&& draw) {
 
 at::Tensor& uniformAnyDtype_(at::Tensor& self, double from, double to,
                              std::optional<at::Generator> generator) {
+  checkFillable("aten::uniform_", self, /*integers=*/false, /*complex=*/true);
   return drawVia(self, [&](at::Tensor& t) -> at::Tensor& {
     return uniform_(t, from, to, generator);
   });
@@ -186,6 +207,7 @@ at::Tensor& uniformAnyDtype_(at::Tensor& self, double from, double to,
 
 at::Tensor& normalAnyDtype_(at::Tensor& self, double mean, double std,
                             std::optional<at::Generator> generator) {
+  checkFillable("aten::normal_", self, /*integers=*/false, /*complex=*/true);
   // A complex normal's variance is split between its two parts.
   const double part_std = self.is_complex() ? std / std::sqrt(2.0) : std;
   return drawVia(self, [&](at::Tensor& t) -> at::Tensor& {
@@ -195,6 +217,8 @@ at::Tensor& normalAnyDtype_(at::Tensor& self, double mean, double std,
 
 at::Tensor& exponentialAnyDtype_(at::Tensor& self, double lambd,
                                  std::optional<at::Generator> generator) {
+  checkFillable("aten::exponential_", self, /*integers=*/false,
+                /*complex=*/false);
   return drawVia(self, [&](at::Tensor& t) -> at::Tensor& {
     return exponential_(t, lambd, generator);
   });
@@ -202,6 +226,7 @@ at::Tensor& exponentialAnyDtype_(at::Tensor& self, double lambd,
 
 at::Tensor& bernoulliScalarAnyDtype_(at::Tensor& self, double p,
                                      std::optional<at::Generator> generator) {
+  checkFillable("aten::bernoulli_", self, /*integers=*/true, /*complex=*/false);
   return drawVia(self, [&](at::Tensor& t) -> at::Tensor& {
     return bernoulliScalar_(t, p, generator);
   });
@@ -209,25 +234,30 @@ at::Tensor& bernoulliScalarAnyDtype_(at::Tensor& self, double p,
 
 at::Tensor& bernoulliTensorAnyDtype_(at::Tensor& self, const at::Tensor& p,
                                      std::optional<at::Generator> generator) {
+  checkFillable("aten::bernoulli_", self, /*integers=*/true, /*complex=*/false);
   return drawVia(self, [&](at::Tensor& t) -> at::Tensor& {
     return bernoulliTensor_(t, p, generator);
   });
 }
 
 // Integers: drawn as Long, then converted. Without `to`, the range ends at
-// the largest integer the dtype holds exactly (random_'s contract).
-int64_t largestInteger(at::ScalarType type) {
-  switch (type) {
-    case at::kBool: return 1;
-    case at::kByte: return std::numeric_limits<uint8_t>::max();
-    case at::kChar: return std::numeric_limits<int8_t>::max();
-    case at::kShort: return std::numeric_limits<int16_t>::max();
-    case at::kInt: return std::numeric_limits<int32_t>::max();
-    case at::kHalf: return int64_t{1} << 11;
-    case at::kBFloat16: return int64_t{1} << 8;
+// the largest integer the dtype holds exactly; an integer dtype's `from`
+// and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
+// random_(0, 300) is refused, not wrapped).
+std::pair<int64_t, int64_t> exactRange(const at::Tensor& self) {
+  switch (self.scalar_type()) {
+    case at::kBool: return {0, 1};
+    case at::kByte: return {0, UINT8_MAX};
+    case at::kChar: return {INT8_MIN, INT8_MAX};
+    case at::kShort: return {INT16_MIN, INT16_MAX};
+    case at::kInt: return {INT32_MIN, INT32_MAX};
+    case at::kHalf: return {-(int64_t{1} << 11), int64_t{1} << 11};
+    case at::kBFloat16: return {-(int64_t{1} << 8), int64_t{1} << 8};
     default:
-      TORCH_CHECK(false, "ember: aten::random_ has no ember kernel for ",
-                  type, " tensors on ", c10::get_privateuse1_backend());
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "ember: aten::random_ is not ",
+                                  "implemented for ", self.scalar_type(),
+                                  " tensors (on ", self.device(),
+                                  ", as on the CPU)");
   }
 }
 
@@ -237,8 +267,16 @@ at::Tensor& randomFromAnyDtype_(at::Tensor& self, int64_t from,
   if (drawsDirectly(self) || self.scalar_type() == at::kLong) {
     return randomFrom_(self, from, to, generator);
   }
-  const int64_t end = to.has_value() ? *to
-                                     : largestInteger(self.scalar_type()) + 1;
+  const auto [lowest, highest] = exactRange(self);
+  const int64_t end = to.value_or(highest + 1);
+  if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
+    TORCH_CHECK(from >= lowest && from <= highest, "ember: aten::random_ on ",
+                self.device(), ": from is out of bounds for ",
+                self.scalar_type());
+    TORCH_CHECK(end - 1 >= lowest && end - 1 <= highest,
+                "ember: aten::random_ on ", self.device(),
+                ": to - 1 is out of bounds for ", self.scalar_type());
+  }
   at::Tensor buffer = at::empty(self.sizes(), self.options().dtype(at::kLong));
   randomFrom_(buffer, from, end, generator);
   return self.copy_(buffer);

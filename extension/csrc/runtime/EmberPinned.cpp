@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -157,22 +158,22 @@ struct PinnedAllocator final : public at::HostAllocator {
   }
   void reset_accumulated_stats() override {
     std::lock_guard<std::mutex> lock(pinnedMutex());
-    at::HostStats& stats = pinnedStats();
-    for (c10::CachingAllocator::Stat* stat :
-         {&stats.active_requests, &stats.active_bytes, &stats.allocations,
-          &stats.allocated_bytes}) {
+    for (c10::CachingAllocator::Stat* stat : counters(pinnedStats())) {
       stat->reset_accumulated();
     }
-    stats.num_host_alloc = stats.num_host_free = 0;
+    pinnedStats().num_host_alloc = pinnedStats().num_host_free = 0;
   }
   void reset_peak_stats() override {
     std::lock_guard<std::mutex> lock(pinnedMutex());
-    at::HostStats& stats = pinnedStats();
-    for (c10::CachingAllocator::Stat* stat :
-         {&stats.active_requests, &stats.active_bytes, &stats.allocations,
-          &stats.allocated_bytes}) {
+    for (c10::CachingAllocator::Stat* stat : counters(pinnedStats())) {
       stat->reset_peak();
     }
+  }
+
+ private:
+  static std::array<c10::CachingAllocator::Stat*, 4> counters(at::HostStats& s) {
+    return {&s.active_requests, &s.active_bytes, &s.allocations,
+            &s.allocated_bytes};
   }
 };
 
