@@ -8,8 +8,7 @@
 //
 // The bindings are for the benchmark (torch_ember.bench): one runs an
 // operator through the CPU fallback even when ember has a native kernel for
-// it, so native and fallback can be timed side by side in one process; one
-// times allocate+free pairs through the device cache and the raw driver.
+// it, so native and fallback can be timed side by side in one process.
 // One reads the host allocator registered for PrivateUse1 (pinned memory):
 // PyTorch has no Python binding for a PrivateUse1 host allocator's stats.
 //
@@ -21,13 +20,8 @@
 #include <c10/core/Allocator.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <chrono>
 #include <map>
 #include <string>
-#include <utility>
-
-#include "runtime/EmberCheck.h"
-#include "driver/ember_driver.h"
 
 namespace ember {
 // The backend's boxed fallback (csrc/aten/EmberFallback.cpp).
@@ -45,33 +39,6 @@ at::Tensor fallbackAdd(const at::Tensor& a, const at::Tensor& b) {
   ember::cpuFallback(op, &stack);
   TORCH_INTERNAL_ASSERT(stack.size() == 1);
   return stack.back().toTensor();
-}
-
-// Seconds for `iterations` allocate+free pairs of `nbytes` on the current
-// device: (through the registered allocator, the device cache; straight
-// through the driver, emMalloc + emFree). The benchmark's
-// cached_alloc_speedup is their ratio; timing both loops in C++ leaves
-// Python's per-call cost out of it.
-std::pair<double, double> allocFreeSeconds(int64_t nbytes, int64_t iterations) {
-  TORCH_CHECK(nbytes > 0 && iterations > 0,
-              "ember: _alloc_free_seconds needs nbytes > 0 and iterations > 0");
-  using Clock = std::chrono::steady_clock;
-  c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::PrivateUse1);
-  const auto size = static_cast<size_t>(nbytes);
-  { auto warm = allocator->allocate(size); } // the first one fills the cache
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i) {
-    c10::DataPtr block = allocator->allocate(size); // freed at the end of the body
-  }
-  const auto cached = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i) {
-    void* ptr = nullptr;
-    EMBER_CHECK(emMalloc(&ptr, size));
-    EMBER_CHECK(emFree(ptr));
-  }
-  const auto driver = Clock::now();
-  return {std::chrono::duration<double>(cached - start).count(),
-          std::chrono::duration<double>(driver - cached).count()};
 }
 
 // What at::getHostAllocator(PrivateUse1) reports: current and peak
@@ -93,9 +60,6 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "The ember backend for PyTorch (use `import torch_ember`).";
   m.def("_fallback_add", &fallbackAdd,
         "a + b through ember's CPU fallback (for benchmarks)");
-  m.def("_alloc_free_seconds", &allocFreeSeconds, pybind11::arg("nbytes"), pybind11::arg("iterations"),
-        "(cached, driver): seconds for `iterations` allocate+free pairs "
-        "through the allocator and through the driver (for benchmarks)");
   m.def("_host_allocator_stats", &hostAllocatorStats,
         "the stats of PrivateUse1's registered host (pinned memory) allocator");
 }
