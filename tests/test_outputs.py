@@ -6,9 +6,16 @@ The committed outputs are the book. They must not show
   ``book.errors`` rewrites the ones in tracebacks (``<torch>/_tensor.py``);
 * a build duration ("compiled in 4.6 s"), which changes on every run: ``book.progress`` shows
   durations only on the live line, never in batch mode;
+* a fact of the machine that ran them: its CPU's vector capability (``AVX2``, ``AVX512``…, what
+  ``torch.backends.cpu.get_cpu_capability()`` names), its core or thread count, its cache sizes, its
+  compiler's version. A reader's machine differs, and strict nbval would fail there;
 * a wall of text: a stream or error output of more than 60 lines, unless the cell is tagged
   ``hide-output`` (the book collapses it). ``book.errors`` compacts long errors and keeps the full
-  message in a collapsed HTML display, which is not counted.
+  message in a collapsed HTML display, which is not counted;
+* a visible line wider than the page's column (88 characters), in a code cell's source or a stream
+  output: it would scroll sideways, its end hidden. Cells whose input or output the book hides or
+  removes (tags ``hide-input``, ``remove-input``, ``hide-output``, ``remove-output``, ``remove-cell``)
+  are not counted for the part they hide.
 
 The same rule as ``../shared/check_outputs.py``. nbval (``make test``) then checks that a fresh
 run shows the same outputs; ``tests/sanitize.cfg`` only evens out what truly differs between runs.
@@ -28,8 +35,20 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 PATH = re.compile(r"(/work/|/tmp/|/root/|/home/|/usr/local/lib/python|/opt/)[\w.-]")
 DURATION = re.compile(r"\b(compiled|built|loaded|took)\b[^\n]{0,40}\bin \d+(\.\d+)? ?s\b", re.I)
+# Facts of the machine: the CPU capability names PyTorch reports (and `lscpu`/`/proc/cpuinfo` flags),
+# core and thread counts, cache sizes, compiler versions.
+MACHINE = re.compile(
+    r"\b(AVX2|AVX512\w*|AVX-512|AVX|SSE4\w*|NEON|SVE2?|VSX|ZVECTOR|AMX\w*)\b"
+    r"|\b\d+ (logical |physical )?(cores?|CPUs?|hardware threads)\b"
+    r"|\b(cpu_count|nproc|get_num_threads)\(\)\s*[:=]\s*\d+"
+    r"|\bL[123]d? cache\b[^\n]{0,20}\d+ ?[KMG]i?B"
+    r"|\b(gcc|g\+\+|clang) (version )?\(?\w*\)? ?\d+\.\d+"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_LINES = 60
+MAX_WIDTH = 88  # the rendered book's text column shows this many characters of code and plain output
+HIDE_INPUT = {"hide-input", "remove-input", "remove-cell"}
+HIDE_OUTPUT = {"hide-output", "remove-output", "remove-cell"}
 
 
 def _joined(value: str | list[str]) -> str:
@@ -53,19 +72,31 @@ def output_problems(path: Path) -> list[str]:
     for i, cell in enumerate(notebook["cells"]):
         if cell["cell_type"] != "code":
             continue
-        hidden = "hide-output" in cell.get("metadata", {}).get("tags", [])
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        hidden = "hide-output" in tags
+        where = f"{path.name}: cell {i}"
+        if not tags & HIDE_INPUT:
+            found += [f"{where}: source line of {n} columns" for n in wide_lines(_joined(cell["source"]))]
         for output in cell.get("outputs", []):
             text = ANSI.sub("", output_text(output))
-            where = f"{path.name}: cell {i}"
             if match := PATH.search(text):
                 found.append(f"{where}: machine path {match.group(0)!r}")
             if match := DURATION.search(text):
                 found.append(f"{where}: duration {match.group(0)!r}")
+            if match := MACHINE.search(text):
+                found.append(f"{where}: fact of the machine {match.group(0)!r}")
             if not hidden and output["output_type"] in ("stream", "error"):
                 lines = text.count("\n") + 1
                 if lines > MAX_LINES:
                     found.append(f"{where}: {lines} visible lines")
+            if output["output_type"] == "stream" and not tags & HIDE_OUTPUT:
+                found += [f"{where}: output line of {n} columns" for n in wide_lines(text)]
     return found
+
+
+def wide_lines(text: str) -> list[int]:
+    """The widths of the lines of `text` that are wider than the page's column."""
+    return [len(line) for line in text.split("\n") if len(line) > MAX_WIDTH]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
@@ -119,6 +150,14 @@ def error(traceback: list[str]) -> dict[str, Any]:
         (display("✔ ember backend: loaded from the build cache in 0.0 s"), "duration"),
         (stream("\n".join(str(i) for i in range(61))), "61 visible lines"),
         (error([str(i) for i in range(61)]), "61 visible lines"),
+        (stream("this machine's CPU capability: AVX2\n"), "fact of the machine 'AVX2'"),
+        (display("capability AVX512_BF16"), "fact of the machine 'AVX512_BF16'"),
+        (stream("running on 2 cores\n"), "fact of the machine '2 cores'"),
+        (stream("torch.get_num_threads() = 2\n"), "fact of the machine"),
+        (stream("os.cpu_count() = 16\n"), "fact of the machine"),
+        (stream("L2 cache: 2 MiB\n"), "fact of the machine"),
+        (stream("compiled by gcc version 12.2.0\n"), "fact of the machine"),
+        (stream("x" * 89 + "\n"), "output line of 89 columns"),
     ],
 )
 def test_the_rule_finds(tmp_path: Path, output: dict[str, Any], problem: str) -> None:
@@ -135,6 +174,9 @@ def test_the_rule_finds(tmp_path: Path, output: dict[str, Any], problem: str) ->
         ),
         stream("\n".join(str(i) for i in range(60))),
         display("\n".join(str(i) for i in range(200)), "<details><pre>" + "row\n" * 200 + "</pre></details>"),
+        stream("x" * 88 + "\n"),
+        stream("the dtypes of the core ops: float32, bfloat16\n"),
+        stream("1 thread vs 2 threads: True\n"),
     ],
 )
 def test_the_rule_lets_pass(tmp_path: Path, output: dict[str, Any]) -> None:
@@ -144,3 +186,18 @@ def test_the_rule_lets_pass(tmp_path: Path, output: dict[str, Any]) -> None:
 def test_hide_output_cells_may_be_long(tmp_path: Path) -> None:
     long = stream("\n".join(str(i) for i in range(100)))
     assert output_problems(notebook_with(tmp_path, long, tags=["hide-output"])) == []
+
+
+def test_wide_source_lines_are_found(tmp_path: Path) -> None:
+    path = notebook_with(tmp_path)
+    notebook = json.loads(path.read_text())
+    notebook["cells"][0]["source"] = "x = 1\n" + "y = " + "1" * 90
+    path.write_text(json.dumps(notebook))
+    assert output_problems(path) == ["n.ipynb: cell 0: source line of 94 columns"]
+    notebook["cells"][0]["metadata"]["tags"] = ["hide-input"]
+    path.write_text(json.dumps(notebook))
+    assert output_problems(path) == []
+
+
+def test_hidden_outputs_may_be_wide(tmp_path: Path) -> None:
+    assert output_problems(notebook_with(tmp_path, stream("x" * 120), tags=["hide-output"])) == []
