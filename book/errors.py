@@ -17,11 +17,14 @@ shows such an error as::
     File <torch>/nn/modules/activation.py:816, in GELU.forward(self, input)
     --> 816     return F.gelu(input, approximate=self.approximate)
 
-    NotImplementedError: Could not run 'aten::gelu' with arguments from the 'SparseCPU' backend. [...]
-    'aten::gelu' is only available for these backends: [CPU, CUDA, HIP, MPS, IPU, XPU, HPU, VE, ... (92 keys)].
+    NotImplementedError: Could not run 'aten::gelu' with arguments from the 'SparseCPU'
+        backend. [...]
+    'aten::gelu' is only available for these backends: [CPU, CUDA, HIP, MPS, IPU, XPU, HPU,
+        VE, ... (92 keys)].
 
-    CPU: registered at /__w/pytorch/pytorch/build/aten/src/ATen/RegisterCPU_3.cpp:4482 [kernel]
-    AutogradCPU: registered at /__w/pytorch/pytorch/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]
+    CPU: registered at <pytorch>/build/aten/src/ATen/RegisterCPU_3.cpp:4482 [kernel]
+    AutogradCPU: registered at
+        <pytorch>/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]
     [91 of 95 lines left out; the full message is below]
 
 that is: the cell's frame and the frame that raised (the ones between are
@@ -31,7 +34,26 @@ names (:func:`related_keys`), and how many lines were left out. An HTML
 ``<details>`` element follows, collapsed, with the full message (and every
 frame, when frames were left out). A message of another kind longer than
 MAX_MESSAGE_LINES keeps its first lines. Short errors are shown as IPython
-shows them.
+shows them, but for the width of their lines (and of the messages of the
+exceptions chained before them).
+
+The message fits the page's 88-column text column (WIDTH, :func:`fit_message`):
+a longer line is wrapped at spaces, its continuations indented four spaces
+more than it (the first line counts the ``NotImplementedError: `` in front of
+it); ``... (92 keys)`` and ``[autograd kernel]`` are not split, a URL longer
+than the column is not broken. A ``registered at`` row shows PyTorch's CI
+checkout ``/__w/pytorch/pytorch/`` (the same in every wheel: not a path of the
+reader's machine, but noise) as ``<pytorch>/``, keeps the file and line, and
+puts them on an indented line of their own when the row is still too wide
+(:func:`fit_row`). The frames are left as IPython shows them: their source
+lines are the cell's code (at most 88 columns; the ``----> 1`` arrow in front
+may push one past the column, and cutting or wrapping it would misquote the
+code) or PyTorch's own, and a frame header names a file and function that are
+best read whole. The error output's ``evalue`` is the message as shown when
+it was compacted, else the real message; the collapsed full message is the
+real one, unwrapped, with ``/__w/pytorch/pytorch/`` as PyTorch prints it.
+An exception that renders itself (``_render_traceback_``, the book's
+CppBuildError) has its plain lines wrapped the same way.
 
 The cell still fails with the real exception: nbval and ``raises-exception``
 cells see an ``error`` output with the real ``ename``, and ``%tb`` prints the
@@ -48,6 +70,7 @@ import html
 import os
 import re
 import sys
+import textwrap
 import traceback
 import types
 from dataclasses import dataclass
@@ -66,6 +89,12 @@ HEAD_CHARS = 600
 SHOWN_KEYS = 8
 # A traceback longer than this (in lines) keeps only its first and last frame.
 MAX_TRACEBACK_LINES = 40
+# The page's text column: a message line wider than this is wrapped (see fit_message).
+WIDTH = 88
+# What a wrapped line's continuation lines are indented by, more than the line itself.
+HANGING_INDENT = "    "
+# PyTorch's CI checkout, in every "registered at" row of the wheel's dispatch table.
+PYTORCH_CHECKOUT = "/__w/pytorch/pytorch/"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ANSI_SPLIT = re.compile(r"(\x1b\[[0-9;]*m)")
@@ -83,6 +112,9 @@ _COULD_NOT_RUN = re.compile(
 )
 _AVAILABLE = re.compile(r"^(?P<op>'[^']+') is only available for these backends: \[(?P<keys>[^\]]*)\]\.?$")
 _ROW = re.compile(r"^(?P<key>\w+)(?: \(inactive\))?: (?:fallthrough )?registered at ")
+_ROW_PARTS = re.compile(r"^(?P<head>.*? registered at) (?P<location>\S+)(?: (?P<kind>\[[^\]]*\]))?$")
+# Groups of words a wrapped line keeps together: "... (92 keys)", "[autograd kernel]".
+_UNBROKEN = re.compile(r"\.\.\. \(\d+ keys\)|\[[\w ]+\]")
 # Per-backend functionality prefixes of runtime keys: SparseCPU = Sparse x CPU.
 _FUNCTIONALITY_PREFIXES = ("SparseCsr", "Sparse", "Quantized", "NestedTensor", "Autograd", "Autocast")
 
@@ -114,6 +146,61 @@ def _short_paths(text: str) -> str:
     text = text.replace(f"{REPO}/", "")
     text = _IPYKERNEL_CELL.sub("<cell>", text)
     return _MACHINE.sub(".../", text)
+
+
+def fit_row(row: str) -> list[str]:
+    """A dispatch-table row as it is shown: ``Key: registered at <pytorch>/FILE:LINE [kind]``.
+
+    PyTorch's CI checkout ``/__w/pytorch/pytorch/`` becomes ``<pytorch>/`` (the file and line stay).
+    A row still wider than WIDTH puts its location and kind on an indented line of their own, and
+    the kind on one more if that is too wide as well.
+    """
+    row = row.replace(PYTORCH_CHECKOUT, "<pytorch>/")
+    parts = _ROW_PARTS.match(row)
+    if len(row) <= WIDTH or parts is None:
+        return fit_line(row)
+    rest = " ".join(part for part in (parts["location"], parts["kind"]) if part)
+    if len(HANGING_INDENT + rest) <= WIDTH or parts["kind"] is None:
+        return [parts["head"], HANGING_INDENT + rest]
+    return [parts["head"], HANGING_INDENT + parts["location"], HANGING_INDENT + parts["kind"]]
+
+
+def fit_line(line: str, taken: int = 0) -> list[str]:
+    """`line` wrapped at spaces to WIDTH columns, its continuations indented by HANGING_INDENT.
+
+    `taken`: columns that precede the line on the screen (the ``NotImplementedError: `` in front of
+    a message's first line). A word longer than the column (a URL) is not broken.
+    """
+    if taken + len(line) <= WIDTH or not line.strip():
+        return [line]
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    kept = _UNBROKEN.sub(lambda m: m[0].replace(" ", "\0"), line)
+    wrapped = textwrap.wrap(
+        kept,
+        width=WIDTH,
+        initial_indent="\0" * taken,
+        subsequent_indent=lead + HANGING_INDENT,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    wrapped[0] = wrapped[0][taken:]
+    return [part.replace("\0", " ") for part in wrapped]
+
+
+def fit_message(message: str, taken: int = 0) -> str:
+    """`message` with every line wider than WIDTH wrapped (rows of a dispatch table by fit_row).
+
+    `taken`: columns in front of the first line (see fit_line).
+    """
+    lines: list[str] = []
+    for i, line in enumerate(message.split("\n")):
+        lines += fit_row(line) if _ROW.match(line) else fit_line(line, taken if i == 0 else 0)
+    return "\n".join(lines)
+
+
+def _prefix(ename: str) -> int:
+    """The columns of ``ename: `` in front of a message's first line."""
+    return len(ename) + 2 if ename else 0
 
 
 @dataclass(frozen=True)
@@ -203,8 +290,11 @@ def _dispatcher(lines: list[str]) -> tuple[list[str], int] | None:
     return shown, 1 + (1 + len(rows) if rows else 0)
 
 
-def compact_message(message: str) -> Compact | None:
-    """`message` compacted, or None when it is short enough to show whole."""
+def compact_message(message: str, ename: str = "") -> Compact | None:
+    """`message` compacted, or None when it is short enough to show whole.
+
+    The shown lines fit WIDTH columns (fit_message), the first after ``ename: ``.
+    """
     full = short_paths(message).rstrip("\n")
     lines = full.splitlines()
     if not lines or (len(lines) <= MAX_MESSAGE_LINES and len(full) <= MAX_MESSAGE_CHARS):
@@ -212,7 +302,7 @@ def compact_message(message: str) -> Compact | None:
     shown, represented = _dispatcher(lines) or _head(lines)
     left_out = len(lines) - represented
     shown.append(f"[{left_out} of {len(lines)} lines left out; the full message is below]")
-    return Compact("\n".join(shown), full, left_out)
+    return Compact(fit_message("\n".join(shown), _prefix(ename)), full, left_out)
 
 
 # --- IPython -----------------------------------------------------------------------------------
@@ -313,15 +403,50 @@ def _replace_message(shell: Any, stb: list[str], etype: type, value: BaseExcepti
     return stb + [line]
 
 
+def _chain_of(value: BaseException) -> list[BaseException]:
+    """The exception and the ones IPython shows before it (its cause or context), last shown first."""
+    chain = [value]
+    while _chained(chain[-1]) and len(chain) < 10:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    return chain
+
+
+def _fit_messages(shell: Any, stb: list[str], value: BaseException) -> list[str]:
+    """`stb` with the message of the exception, and of each one chained before it, fitted to WIDTH."""
+    end = len(stb)
+    for exc in _chain_of(value):
+        message = short_paths(str(exc))
+        fitted = fit_message(message, _prefix(type(exc).__name__))
+        first = (str(exc).splitlines() or [""])[0]
+        if not first:
+            continue
+        found = [i for i in range(end) if first in _ANSI.sub("", stb[i])]
+        if not found:
+            continue
+        end = found[-1]
+        if fitted != message:
+            stb = (
+                stb[:end]
+                + _replace_message(shell, stb[end : end + 1], type(exc), exc, fitted)
+                + stb[end + 1 :]
+            )
+    return stb
+
+
 def render(
     shell: Any, etype: type[BaseException], value: BaseException, tb: types.TracebackType | None
 ) -> Rendered:
     """The error output IPython's `shell` shows for this exception, compacted (see the module doc)."""
     if hasattr(value, "_render_traceback_"):  # the exception renders itself (CppBuildError)
         stb = [short_paths(line) for line in value._render_traceback_()]
+        stb = [line if _ANSI.search(line) else fit_message(line) for line in stb]
         return Rendered(stb, short_paths(str(value)), None)
     formatter = shell.InteractiveTB
-    compact = compact_message(str(value))
+    ename = etype.__name__
+    compact = compact_message(str(value), ename)
     frames = _frames(tb)
     stb = formatter.structured_traceback(etype, value, _chain(frames), tb_offset=0)
     all_frames = None
@@ -335,6 +460,8 @@ def render(
         stb = stb[:3] + [_left_out_line(shell, frames[1:-1])] + stb[3:]
     if compact is not None:
         stb = _replace_message(shell, stb, etype, value, compact.shown)
+    else:
+        stb = _fit_messages(shell, stb, value)
     evalue = compact.shown if compact is not None else short_paths(str(value))
     details = details_bundle(etype.__name__, compact, all_frames) if compact or all_frames else None
     return Rendered([short_paths(line) for line in stb], evalue, details)

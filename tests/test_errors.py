@@ -54,6 +54,25 @@ def rows(message: str) -> dict[str, str]:
     return {line.split(":", 1)[0]: line for line in message.splitlines() if ": registered at " in line}
 
 
+def unwrapped(text: str) -> str:
+    """`text` with the continuation lines of errors.fit_message joined back to their line."""
+    return re.sub(r"\n {4}(?=\S)|(?<= registered at)\n {4}", " ", text)
+
+
+def pytorch_short(row: str) -> str:
+    """A dispatch-table row as the compact display shows it: PyTorch's CI checkout shortened."""
+    return row.replace("/__w/pytorch/pytorch/", "<pytorch>/")
+
+
+def privateuse1_empty() -> None:
+    """An op with no PrivateUse1 kernel: no backend is registered for the key in this process."""
+    torch.ops.aten.empty.memory_format([2], device="privateuseone")
+
+
+def widths(text: str) -> list[int]:
+    return [len(line) for line in text.split("\n")]
+
+
 # --- the message ---------------------------------------------------------------------------------
 
 
@@ -64,18 +83,20 @@ def test_dispatcher_wall_keeps_the_first_sentence_and_the_rows_that_matter() -> 
     assert compact is not None
     shown = compact.shown.splitlines()
     assert shown[0] == "Could not run 'aten::gelu' with arguments from the 'SparseCPU' backend. [...]"
-    assert shown[1].startswith("'aten::gelu' is only available for these backends: [CPU, CUDA, ")
-    assert re.search(r", \.\.\. \(\d+ keys\)\]\.$", shown[1]), shown[1]
+    available = unwrapped(compact.shown).splitlines()[1]
+    assert available.startswith("'aten::gelu' is only available for these backends: [CPU, CUDA, ")
+    assert re.search(r", \.\.\. \(\d+ keys\)\]\.$", available), available
     # SparseCPU has no row (that is the error); CPU has the kernel, AutogradCPU ran first and redispatched.
     table = rows(message)
     assert "SparseCPU" not in table
-    assert [line for line in shown if ": registered at " in line] == [table["CPU"], table["AutogradCPU"]]
+    shown_rows = [line for line in unwrapped(compact.shown).splitlines() if ": registered at " in line]
+    assert shown_rows == [pytorch_short(table["CPU"]), pytorch_short(table["AutogradCPU"])]
     assert "Facebook" not in compact.shown and "CUDA: registered" not in compact.shown
     total = len(message.rstrip("\n").splitlines())
     assert compact.total == total
     assert compact.left_out == total - 4  # the first line, the blank line, two rows
     assert shown[-1] == f"[{total - 4} of {total} lines left out; the full message is below]"
-    assert len(shown) <= 8
+    assert len(shown) <= 10
 
 
 def test_the_full_message_is_the_message_with_short_paths() -> None:
@@ -96,8 +117,8 @@ def test_a_quantized_backend_shows_its_dense_backend_and_autograd_rows() -> None
         "Could not run 'aten::exp.out' with arguments from the 'QuantizedCPU' backend."
     )
     table = rows(message)
-    shown_rows = [line for line in compact.shown.splitlines() if ": registered at " in line]
-    assert shown_rows == [table[k] for k in table if k in ("CPU", "AutogradCPU")]
+    shown_rows = [line for line in unwrapped(compact.shown).splitlines() if ": registered at " in line]
+    assert shown_rows == [pytorch_short(table[k]) for k in table if k in ("CPU", "AutogradCPU")]
     assert shown_rows, "aten::exp.out has a CPU kernel"
 
 
@@ -163,6 +184,92 @@ def test_short_paths_names_the_build_cache(monkeypatch: pytest.MonkeyPatch, tmp_
     )
 
 
+# --- the width of the page ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [sparse_gelu, quantized_exp, privateuse1_empty])
+def test_a_dispatcher_wall_compacts_to_lines_that_fit_the_page(error: Callable[[], None]) -> None:
+    value = raised(error)
+    message = str(value)
+    assert max(widths(message)) > 110, "the premise: the dispatcher's lines are wider than the page"
+    compact = errors.compact_message(message, type(value).__name__)
+    assert compact is not None
+    shown = f"{type(value).__name__}: {compact.shown}"
+    assert max(widths(shown)) <= errors.WIDTH, shown
+    # Wrapped, not cut: joined back, the first sentence and the list of keys are whole.
+    first, available = unwrapped(compact.shown).splitlines()[:2]
+    assert first == errors._sentences(message.splitlines()[0])[0] + " [...]"
+    assert re.fullmatch(
+        r"'aten::[\w.]+' is only available for these backends: \[.*, \.\.\. \(\d+ keys\)\]\.", available
+    )
+    assert "... (" in compact.shown and "(\n" not in compact.shown, "'... (N keys)' stays on one line"
+
+
+def test_the_privateuse1_error_shows_its_autograd_row_shortened() -> None:
+    message = str(raised(privateuse1_empty))
+    compact = errors.compact_message(message, "NotImplementedError")
+    assert compact is not None
+    row = rows(message)["AutogradPrivateUse1"]
+    assert row.startswith("AutogradPrivateUse1: registered at /__w/pytorch/pytorch/torch/csrc/")
+    head, location = row.split(" at ")
+    assert f"{head} at\n    {location.replace('/__w/pytorch/pytorch/', '<pytorch>/')}" in compact.shown
+    assert "/__w/" not in compact.shown
+    # The details keep PyTorch's message as it is: every row, with the checkout PyTorch names.
+    assert row in compact.full and compact.full == errors.short_paths(message).rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (  # fits once shortened: one line, file and line kept
+            "CPU: registered at /__w/pytorch/pytorch/build/aten/src/ATen/RegisterCPU_3.cpp:4482 [kernel]",
+            ["CPU: registered at <pytorch>/build/aten/src/ATen/RegisterCPU_3.cpp:4482 [kernel]"],
+        ),
+        (  # still too wide: the location and kind on an indented line
+            "AutogradCPU: registered at "
+            "/__w/pytorch/pytorch/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]",
+            [
+                "AutogradCPU: registered at",
+                "    <pytorch>/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]",
+            ],
+        ),
+        (  # and the kind on one more when that is too wide as well
+            "AutogradPrivateUse1: registered at "
+            "/__w/pytorch/pytorch/build/aten/src/ATen/RegisterCompositeImplicitAutograd_0.cpp:5570 [math kernel]",
+            [
+                "AutogradPrivateUse1: registered at",
+                "    <pytorch>/build/aten/src/ATen/RegisterCompositeImplicitAutograd_0.cpp:5570",
+                "    [math kernel]",
+            ],
+        ),
+        (
+            "ADInplaceOrView: fallthrough registered at "
+            "/__w/pytorch/pytorch/aten/src/ATen/core/VariableFallbackKernel.cpp:104 [backend fallback]",
+            [
+                "ADInplaceOrView: fallthrough registered at",
+                "    <pytorch>/aten/src/ATen/core/VariableFallbackKernel.cpp:104 [backend fallback]",
+            ],
+        ),
+    ],
+)
+def test_fit_row(row: str, expected: list[str]) -> None:
+    assert errors.fit_row(row) == expected
+
+
+def test_fit_line_wraps_with_a_hanging_indent() -> None:
+    line = "Expected one of " + ", ".join(f"device{i}" for i in range(20)) + " at the start"
+    fitted = errors.fit_line(line, taken=len("RuntimeError: "))
+    assert len("RuntimeError: " + fitted[0]) <= errors.WIDTH
+    assert all(part.startswith("    ") and len(part) <= errors.WIDTH for part in fitted[1:])
+    assert " ".join(part.strip() for part in fitted) == line
+    # An indented line keeps its indent, and its continuations go four columns further.
+    assert errors.fit_line("  " + line)[1].startswith("      device")
+    # A short line, and a word wider than the page (a URL), are left whole.
+    assert errors.fit_line("short") == ["short"]
+    url = "https://example.org/" + "x" * 100
+    assert f"      {url}" in errors.fit_line(f"  Hint: see {url} for how to fix")
+
+
 # --- the error output, in IPython --------------------------------------------------------------
 
 
@@ -213,7 +320,7 @@ def test_a_cell_with_a_dispatcher_error_still_fails_with_a_compact_error(
     ename, evalue, stb = record.errors[0]
     text = ANSI.sub("", "\n".join(stb))
     assert ename == "NotImplementedError"
-    compact = errors.compact_message(str(result.error_in_exec))
+    compact = errors.compact_message(str(result.error_in_exec), ename)
     assert compact is not None and evalue == compact.shown
     assert text.endswith(compact.shown)
     # The cell's frame and the frame that raised, with the two nn.Module frames between them named.
@@ -221,6 +328,8 @@ def test_a_cell_with_a_dispatcher_error_still_fails_with_a_compact_error(
     assert "[... 2 frames left out, in <torch>/nn/modules/module.py]" in text
     assert "File <torch>/nn/modules/activation.py:" in text and "F.gelu(input" in text
     assert len(text.splitlines()) < 30, text
+    # The message fits the page; the cell's source lines are short, so here everything does.
+    assert max(widths(text)) <= errors.WIDTH, text
     assert not MACHINE_PATH.search(text)
     # The book renders error outputs with the ipythontb lexer; a token it cannot lex fails `make book`.
     assert not [v for t, v in get_lexer_by_name("ipythontb").get_tokens(text) if t is Error]
@@ -238,6 +347,8 @@ def test_the_full_message_and_every_frame_are_collapsed_html(
     full = errors.short_paths(str(result.error_in_exec)).rstrip("\n")
     assert "the full message (" in page and f"({len(full.splitlines())} lines)" in page
     assert errors.html.escape(full) in page
+    # The full message is PyTorch's, unwrapped: its rows name the checkout and run past the page.
+    assert "registered at /__w/pytorch/pytorch/" in page and max(widths(full)) > errors.WIDTH
     assert "the whole traceback (4 frames)" in page and "&lt;torch&gt;/nn/modules/module.py" in page
     assert not MACHINE_PATH.search(page)
     assert len(bundle["text/plain"].splitlines()) == 1
@@ -251,6 +362,35 @@ def test_a_short_error_is_shown_whole(shell: tuple[InteractiveShell, Recorder]) 
     assert (ename, evalue) == ("RuntimeError", str(result.error_in_exec))
     assert ANSI.sub("", stb[-1]) == f"RuntimeError: {result.error_in_exec}"
     assert record.displays == []
+
+
+def test_a_short_error_with_a_long_line_is_wrapped(shell: tuple[InteractiveShell, Recorder]) -> None:
+    ip, record = shell
+    result = ip.run_cell("torch.device('bogus')")
+    message = str(result.error_in_exec)
+    assert len("RuntimeError: " + message) > errors.WIDTH, "the premise: one line wider than the page"
+    ((ename, evalue, stb),) = record.errors
+    assert (ename, evalue) == ("RuntimeError", message), "the error output keeps the real message"
+    text = ANSI.sub("", "\n".join(stb))
+    assert max(widths(text)) <= errors.WIDTH, text
+    assert unwrapped(text).endswith(f"RuntimeError: {message}")
+    assert record.displays == [], "nothing left out, nothing collapsed"
+    assert not [v for t, v in get_lexer_by_name("ipythontb").get_tokens(text) if t is Error]
+
+
+def test_the_messages_of_chained_exceptions_are_wrapped(shell: tuple[InteractiveShell, Recorder]) -> None:
+    ip, record = shell
+    ip.run_cell(
+        "try:\n    raise NotImplementedError('inner ' + 'word ' * 40)\n"
+        "except Exception as e:\n    raise RuntimeError('outer ' + 'thing ' * 30) from e"
+    )
+    ((ename, _evalue, stb),) = record.errors
+    text = ANSI.sub("", "\n".join(stb))
+    assert ename == "RuntimeError" and "The above exception was the direct cause" in text
+    assert max(widths(text)) <= errors.WIDTH, text
+    joined = unwrapped(text)
+    assert "NotImplementedError: inner" + " word" * 40 in joined
+    assert joined.endswith("RuntimeError: outer" + " thing" * 30)
 
 
 def test_syntax_errors_keep_ipythons_display(shell: tuple[InteractiveShell, Recorder]) -> None:
@@ -267,12 +407,15 @@ def test_an_exception_that_renders_itself_keeps_its_rendering(
 
     class Rendered(RuntimeError):
         def _render_traceback_(self) -> list[str]:
-            return [f"Rendered: see {REPO}/extension/csrc/x.cpp and /tmp/y/z.h"]
+            return [f"Rendered: see {REPO}/extension/csrc/x.cpp and /tmp/y/z.h" + " because" * 10]
 
     ip.user_ns["Rendered"] = Rendered
     ip.run_cell("raise Rendered('x')")
     ((ename, _evalue, stb),) = record.errors
-    assert (ename, stb) == ("Rendered", ["Rendered: see extension/csrc/x.cpp and .../z.h"])
+    assert ename == "Rendered"
+    assert stb == [
+        "Rendered: see extension/csrc/x.cpp and .../z.h" + " because" * 5 + "\n   " + " because" * 5
+    ]
 
 
 # --- end to end: a notebook run by a Jupyter kernel ---------------------------------------------
