@@ -3,9 +3,10 @@
 A build holds every C++ part of the earlier chapters (read from their
 notebooks) and the parts this chapter's cells have staged, each introduced by a
 ``#line`` directive naming its notebook and cell, after the precompiled prelude
-and the driver's header. It is split into one translation unit per chapter
-(`book.units`): `load_inline` compiles this chapter's and links the others'
-objects, which are compiled once per machine. Builds are content-addressed: the
+and the driver's header. It is split into translation units the way the package
+splits its files (`book.units`): `load_inline` compiles the units no earlier build
+compiled and links the others' objects, which are compiled once per machine.
+Builds are content-addressed: the
 same sources map to the same build directory, so an unchanged build loads
 without compiling.
 
@@ -87,10 +88,6 @@ class Build:
     @property
     def library(self) -> Path:
         return self.directory / f"{self.name}.so"
-
-    @property
-    def chapters(self) -> list[str]:
-        return sorted({p.chapter for p in self.parts})
 
 
 _LOADED: Build | None = None

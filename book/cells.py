@@ -85,14 +85,6 @@ def chapter_paths() -> list[Path]:
     return sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def chapter_stem(number: int) -> str:
-    """The notebook stem of chapter `number`, e.g. 2 -> "02_minimal_ops"."""
-    for path in chapter_paths():
-        if int(path.stem[:2]) == number:
-            return path.stem
-    raise LookupError(f"there is no chapter {number:02d} in {CHAPTERS}")
-
-
 def split_magic(cell_source: str) -> tuple[str, str] | None:
     """(name, body) if the cell is a `%%cpp [--stable] NAME` cell, else None."""
     parsed = parse_magic(cell_source)

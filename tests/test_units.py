@@ -1,4 +1,4 @@
-"""book.units: a build split into one translation unit per chapter, objects reused across chapters."""
+"""book.units: a build split into translation units as the package splits its files, objects reused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The book's two widgets, both read from the live dispatcher, never scripted.
+"""The book's widgets, all read from the live dispatcher, never scripted.
 
 * ``show_table(ops, keys=None, since=None)``: the dispatch table, what the
   dispatcher holds for some operators at some dispatch keys (``snapshot(ops)``
