@@ -124,6 +124,21 @@ def chapter_11() -> dict:
         tags = []
         torch.load(new, map_location=lambda s, location: tags.append(location) or s)
         facts["new_tags"] = tags
+
+        # A second library's kernels for operators ember registers (last: it breaks them).
+        a = torch.ones(2, 2, device="ember")
+        second = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            second.impl("mm", lambda x, y: torch.zeros(len(x), y.shape[1], device=x.device), "PrivateUse1")
+            second.impl("clone", lambda x, memory_format=None: x * 0, "PrivateUse1")
+        dump = torch._C._dispatch_dump("aten::mm").splitlines()
+        facts["override"] = {
+            "warnings": [str(w.message) for w in caught],
+            "mm": (a @ a).cpu().tolist(),
+            "clone": a.clone().cpu().tolist(),
+            "inactive": [line.split(" :: ")[0] for line in dump if line.startswith("PrivateUse1 (inactive)")],
+        }
         print(json.dumps(facts))
         """
     )
@@ -208,3 +223,16 @@ def test_a_name_already_taken_is_a_warning_not_a_crash() -> None:
     assert facts["tensor"] == "npu:1"
     warning = 'ember: PrivateUse1 is already named "npu" in this process; ember\'s devices go by that name'
     assert warning in facts["stderr"] + " ".join(facts["warnings"])
+
+
+def test_a_second_kernel_wins_with_one_warning_per_process(chapter_11: dict) -> None:
+    # Chapter 11's claim: a second impl of a kernel ember registers replaces it, ember's stays as
+    # an inactive entry, and the dispatcher warns once for all operators (mm: yes, clone: no).
+    override = chapter_11["override"]
+    assert len(override["warnings"]) == 1
+    assert override["warnings"][0].startswith("Warning only once for all operators")
+    assert "operator: aten::mm(" in override["warnings"][0]
+    assert override["mm"] == [[0.0, 0.0], [0.0, 0.0]]
+    assert override["clone"] == [[0.0, 0.0], [0.0, 0.0]]
+    [inactive] = override["inactive"]  # ember's kernel, kept but no longer dispatched to
+    assert inactive.startswith("PrivateUse1 (inactive): registered at 07_autocast.ipynb[amp_matmul]")
