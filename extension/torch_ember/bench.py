@@ -20,11 +20,15 @@ Stable keys (also written by ``--json``). Time ratios: ember / reference, lower 
 - ``latency_1elem_vs_cpu``: ``a + b`` on one element, ember / CPU (aim <= 3).
   ``latency_1elem_unsynced_vs_cpu``: the same without ember's ``synchronize`` (what a caller
   waits before it can issue the next operation).
-- ``fallback_vs_native_1m``, ``fallback_vs_native_1k``: ``a + b`` through the CPU fallback
-  (``torch_ember._C._fallback_add``) / ember's kernel, 1M and 1K float32 elements.
 - ``mlp_step_vs_cpu``, ``cnn_step_vs_cpu``: one training step of the shared models (see
   `mlp` and `cnn`: forward, cross entropy, backward, SGD with momentum, ``zero_grad``),
   ember / CPU, same initial weights and batch (target <= 1.5).
+
+Speed-ups: how many times slower the other path is, higher is better.
+
+- ``fallback_vs_native_1m``, ``fallback_vs_native_1k``: ``a + b`` through the CPU fallback
+  (``torch_ember._C._fallback_add``) / through ember's kernel, 1M and 1K float32 elements:
+  what the fallback's copies cost, in units of the kernel.
 
 Bandwidth ratios: ember's / the host's, higher is better.
 
@@ -383,8 +387,8 @@ ROWS = [
     ("add, 1M float32, a + b (ember / CPU)", "add_1m_alloc_vs_cpu"),
     ("add, 1 element (ember / CPU)", "latency_1elem_vs_cpu"),
     ("add, 1 element, no synchronize (ember / CPU)", "latency_1elem_unsynced_vs_cpu"),
-    ("add, 1M: CPU fallback / native", "fallback_vs_native_1m"),
-    ("add, 1K: CPU fallback / native", "fallback_vs_native_1k"),
+    ("add, 1M: CPU fallback / ember kernel (higher is better)", "fallback_vs_native_1m"),
+    ("add, 1K: CPU fallback / ember kernel (higher is better)", "fallback_vs_native_1k"),
     ("64 MiB pinned -> ember (memcpy = 1)", "h2d_vs_memcpy"),
     ("64 MiB pinned -> ember, non_blocking (memcpy = 1)", "h2d_async_vs_memcpy"),
     ("64 MiB ember -> pinned (memcpy = 1)", "d2h_vs_memcpy"),
