@@ -32,6 +32,7 @@ void cpuFallbackForOne(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 } // namespace ember_exercise
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.out", torch::CppFunction::makeFromBoxedFunction<&ember_exercise::cpuFallbackForOne>());
+  m.impl("add.out", torch::CppFunction::makeFromBoxedFunction<
+                        &ember_exercise::cpuFallbackForOne>());
 }
 // ember-book: end exercise_add_only

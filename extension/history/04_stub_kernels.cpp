@@ -305,7 +305,8 @@ void addKernel(at::TensorIteratorBase& iter, const at::Scalar& alpha) {
     using T = decltype(zero);
     const T a = alpha.to<T>();
     if (a == T(1)) { // the common case, one multiplication less
-      binaryLoop<T, T>("aten::add.out", iter, [](T x, T y) EMBER_INLINE { return T(x + y); });
+      binaryLoop<T, T>("aten::add.out", iter,
+                       [](T x, T y) EMBER_INLINE { return T(x + y); });
     } else {
       binaryLoop<T, T>("aten::add.out", iter,
                        [a](T x, T y) EMBER_INLINE { return T(x + a * y); });
@@ -316,7 +317,8 @@ void addKernel(at::TensorIteratorBase& iter, const at::Scalar& alpha) {
 void mulKernel(at::TensorIteratorBase& iter) {
   dispatchNumbersAndBool("aten::mul.out", iter.common_dtype(), [&](auto zero) {
     using T = decltype(zero);
-    binaryLoop<T, T>("aten::mul.out", iter, [](T x, T y) EMBER_INLINE { return T(x * y); });
+    binaryLoop<T, T>("aten::mul.out", iter,
+                     [](T x, T y) EMBER_INLINE { return T(x * y); });
   });
 }
 
@@ -324,7 +326,8 @@ void mulKernel(at::TensorIteratorBase& iter) {
 void divKernel(at::TensorIteratorBase& iter) {
   dispatchFloating("aten::div.out", iter.common_dtype(), [&](auto zero) {
     using T = decltype(zero);
-    binaryLoop<T, T>("aten::div.out", iter, [](T x, T y) EMBER_INLINE { return T(x / y); });
+    binaryLoop<T, T>("aten::div.out", iter,
+                     [](T x, T y) EMBER_INLINE { return T(x / y); });
   });
 }
 
@@ -459,7 +462,7 @@ namespace ember {
                      [&](auto zero) {                                       \
       using T = decltype(zero);                                             \
       unaryLoop<T, T>("aten::" #name ".out", iter,                          \
-                      [](T x) EMBER_INLINE { return T(expression); });                   \
+                      [](T x) EMBER_INLINE { return T(expression); });      \
     });                                                                     \
   }
 

@@ -175,10 +175,8 @@ instantiate_device_type_tests(TestEmberGeneric, globals(), only_for=("privateuse
 
 # Known failures, each with its reason. They are strict: a listed test that passes is reported as an
 # unexpected success, which fails the run, so the list cannot go stale.
-KNOWN_FAILURES = {
-    "test_matches_cpu_nn_functional_layer_norm_ember_float32": "a layer_norm over one element gives bias plus "
-    "about 7e-5 where the CPU gives exactly bias (ember's fused a*x+b form loses x - mean = 0)",
-}
+# (layer_norm over one element was one until native_layer_norm ran the CPU's kernel, issue 14.)
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _mark_known_failures(cls: type) -> None:

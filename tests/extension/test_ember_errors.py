@@ -137,3 +137,42 @@ def test_mixing_ember_and_cpu_is_rejected() -> None:
     b = torch.ones(2, 2)
     with pytest.raises(RuntimeError, match=r"found at least two devices, ember:0 and cpu"):
         torch.add(a, b)
+
+
+# Ember inputs, an out= tensor on the CPU: CUDA refuses with a device mismatch. Ops that reach the CPU
+# fallback used to fail later, copying the result back (`_copy_from_and_resize` has no CPU kernel).
+def _long(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.long)
+
+
+OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
+    "nonzero": (lambda e: torch.nonzero(e, out=_long(0)), r"aten::nonzero\.out writes into 'out'"),
+    "sort": (
+        lambda e: torch.sort(e, out=(torch.empty(0), _long(0))),
+        r"aten::sort\.values_stable writes into 'values'",
+    ),
+    "topk": (lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))), r"aten::topk\.values"),
+    "cumsum": (lambda e: torch.cumsum(e, 0, out=torch.empty(0)), r"aten::cumsum\.out"),
+    "cat": (lambda e: torch.cat([e, e], out=torch.empty(0)), r"aten::cat\.out"),
+    "index_select": (
+        lambda e: torch.index_select(e, 0, torch.tensor([0], device="ember"), out=torch.empty(0)),
+        r"aten::index_select\.out",
+    ),
+    "clamp": (lambda e: torch.clamp(e, 0, 1, out=torch.empty(0)), r"aten::clamp\.out"),
+    "max.dim": (lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))), r"aten::max\.dim_max"),
+}
+
+
+@pytest.mark.parametrize("name", OUT_ON_CPU)
+def test_an_out_tensor_on_the_cpu_is_refused_naming_both_devices(name: str) -> None:
+    e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
+    call, op = OUT_ON_CPU[name]
+    with pytest.raises(RuntimeError, match=rf"^ember: {op}.* on cpu, but its inputs are on ember:0"):
+        call(e)
+
+
+def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
+    e = torch.tensor([3.0, 0.0, 2.0], device="ember")
+    values, indices = torch.empty(0, device="ember"), torch.empty(0, dtype=torch.long, device="ember")
+    torch.sort(e, out=(values, indices))
+    assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [1, 2, 0]

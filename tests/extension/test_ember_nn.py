@@ -8,6 +8,7 @@ the fallback copies every argument to the CPU, which `aten::_to_cpu` events in a
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable
 
@@ -341,3 +342,86 @@ def test_lazily_conjugated_inputs_are_resolved(product: Callable[..., torch.Tens
     """A conj view's memory holds the plain values: the host kernel must not drop the bit."""
     a, b = torch.randn(3, 3, dtype=torch.complex64), torch.randn(3, 3, dtype=torch.complex64)
     torch.testing.assert_close(product(a.to(EMBER), b.to(EMBER)).cpu(), product(a, b))
+
+
+# ---- no warning the CPU does not give; low precision computed as the CPU does (issue 14) -------------
+
+
+def _losses_and_reductions() -> dict[str, Callable[..., torch.Tensor]]:
+    cases: dict[str, Callable[..., torch.Tensor]] = {}
+    for reduction in ("mean", "sum", "none"):
+        r = {"reduction": reduction}
+        cases |= {
+            f"mse_loss {reduction}": lambda x, y, p, c, r=r: F.mse_loss(x, y, **r),
+            f"l1_loss {reduction}": lambda x, y, p, c, r=r: F.l1_loss(x, y, **r),
+            f"smooth_l1_loss {reduction}": lambda x, y, p, c, r=r: F.smooth_l1_loss(x, y, **r),
+            f"huber_loss {reduction}": lambda x, y, p, c, r=r: F.huber_loss(x, y, **r),
+            f"binary_cross_entropy {reduction}": lambda x, y, p, c, r=r: F.binary_cross_entropy(
+                x.sigmoid(), p, **r
+            ),
+            f"bce_with_logits {reduction}": lambda x, y, p, c, r=r: F.binary_cross_entropy_with_logits(
+                x, p, **r
+            ),
+            f"cross_entropy {reduction}": lambda x, y, p, c, r=r: F.cross_entropy(x, c, **r),
+            f"kl_div {reduction}": lambda x, y, p, c, r=r: F.kl_div(
+                x, p, reduction={"mean": "batchmean"}.get(r["reduction"], r["reduction"])
+            ),
+            f"soft_margin_loss {reduction}": lambda x, y, p, c, r=r: F.soft_margin_loss(x, y.sign(), **r),
+            f"poisson_nll_loss {reduction}": lambda x, y, p, c, r=r: F.poisson_nll_loss(x, p, **r),
+            f"multi_margin_loss {reduction}": lambda x, y, p, c, r=r: F.multi_margin_loss(x, c, **r),
+        }
+    cases |= {
+        "sum": lambda x, y, p, c: x.sum(),
+        "mean dim": lambda x, y, p, c: x.mean(1, keepdim=True),
+        "var": lambda x, y, p, c: x.var(0),
+        "norm": lambda x, y, p, c: torch.linalg.vector_norm(x),
+        "logsumexp": lambda x, y, p, c: torch.logsumexp(x, 1),
+        "layer_norm": lambda x, y, p, c: F.layer_norm(x, (5,)),
+    }
+    return cases
+
+
+LOSSES = _losses_and_reductions()
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_losses_and_reductions_warn_nothing_and_equal_the_cpu(name: str) -> None:
+    """mse_loss and smooth_l1_loss used to warn "An output with one or more elements was resized" (ATen's
+    default kernel resized the out= tensor it handed the CPU fallback), forward and backward."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, dtype=torch.float64, generator=generator)
+    y = torch.randn(4, 5, dtype=torch.float64, generator=generator)
+    p = torch.rand(4, 5, dtype=torch.float64, generator=generator)
+    c = torch.randint(0, 5, (4,), generator=generator)
+    fn = LOSSES[name]
+    expected = fn(x.requires_grad_(), y, p, c)
+    expected.sum().backward()
+    inputs = [t.detach().to(EMBER) for t in (x, y, p, c)]
+    inputs[0].requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        actual = fn(*inputs)
+        actual.sum().backward()
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach())
+    torch.testing.assert_close(inputs[0].grad.cpu(), x.grad)
+
+
+NORMS_AND_ADDR: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "layer_norm": lambda x: F.layer_norm(x, (64,), torch.ones(64, dtype=x.dtype, device=x.device) * 1.5),
+    "group_norm": lambda x: F.group_norm(x.reshape(8, 16, 4), 4),
+    "addr": lambda x: torch.addr(x[0], x[1], x[2], beta=0.5, alpha=2.0),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+@pytest.mark.parametrize("name", NORMS_AND_ADDR)
+def test_low_precision_norms_and_addr_equal_the_cpu_at_default_tolerances(
+    name: str, dtype: torch.dtype
+) -> None:
+    """They used to run ATen's default kernels, which compose ember's operators and round every step to
+    the low-precision dtype; the CPU's kernels accumulate in float. Now they run the CPU's kernels."""
+    x = (torch.randn(8, 64, generator=torch.Generator().manual_seed(3)) * 4 + 3).to(dtype)
+    fn = NORMS_AND_ADDR[name]
+    expected = fn(x)
+    actual = fn(x.to(EMBER))
+    torch.testing.assert_close(actual.cpu(), expected)  # assert_close's default tolerances for dtype

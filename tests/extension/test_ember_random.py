@@ -96,7 +96,6 @@ def test_a_generator_for_a_missing_device_is_refused() -> None:
         (lambda t: t.exponential_(0), "lambd > 0.0"),
         (lambda t: t.bernoulli_(1.5), "0 <= p <= 1"),
         (lambda t: t.random_(5, 5), "from < to"),
-        (lambda t: t.random_(0, 2**30), r"draws integers in \[-16777216, 16777216\]"),
     ],
 )
 def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
@@ -239,3 +238,51 @@ def test_module_initialization_and_fork_rng_use_ember_generators() -> None:
     with torch.random.fork_rng(devices=[0], device_type="ember"):
         torch.rand(100, device=E)
     assert same(torch.rand(4, device=E), expected)
+
+
+# ---- ranges and dtypes as on the CPU (issue 14) ----------------------------------------------------
+
+
+def test_randint_accepts_the_full_int64_range() -> None:
+    """The CPU accepts [-2^63, 2^63 - 1); so does ember, and from=-2^63 without `to` is all 2^64 values."""
+    low, high = -(2**63), 2**63 - 1
+    torch.manual_seed(0)
+    r = torch.randint(low, high, (N,), dtype=torch.int64, device=E).cpu()
+    torch.randint(low, high, (4,), dtype=torch.int64)  # the CPU accepts it too
+    assert (r < 0).any() and (r > 0).any() and r.max() < high
+    assert abs((r < 0).double().mean().item() - 0.5) < 0.01  # both halves, evenly
+    full = torch.empty(N, dtype=torch.int64, device=E).random_(low, None).cpu()
+    assert (full < 0).any() and (full > 2**62).any()
+    near_top = torch.randint(high - 3, high, (1000,), device=E).cpu()
+    assert set(near_top.tolist()) == {high - 3, high - 2, high - 1}
+
+
+def test_random_bounds_follow_the_cpu() -> None:
+    """A float's bound beyond what it holds exactly warns, as on the CPU (it used to be refused)."""
+    for device in ("cpu", E):
+        with pytest.warns(UserWarning, match=r"to - 1 is out of bounds \[-\(2\^24\), 2\^24\]"):
+            torch.empty(4, device=device).random_(0, 2**30)
+    with pytest.raises(RuntimeError, match="from is out of bounds for Int"):
+        torch.empty(3, dtype=torch.int32, device=E).random_(-(2**40), 0)
+    with pytest.raises(RuntimeError, match="from < to"):
+        torch.empty(3, dtype=torch.int64, device=E).random_(2**62, -(2**63))
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda d: torch.randn(N // 4, dtype=torch.complex32, device=d),
+        lambda d: torch.rand(N // 4, dtype=torch.complex32, device=d),
+        lambda d: torch.empty(N // 4, dtype=torch.complex32, device=d).uniform_(-1, 3),
+        lambda d: torch.empty(N // 4, dtype=torch.complex32, device=d).normal_(2, 0.5),
+    ],
+    ids=["randn", "rand", "uniform_", "normal_"],
+)
+def test_complex32_draws_like_the_cpu(draw) -> None:  # noqa: ANN001
+    """complex32 (float16 parts) draws as float16 does: each part from float32 draws, as on the CPU."""
+    torch.manual_seed(0)
+    cpu, ember = draw("cpu"), draw(E)
+    assert ember.dtype == torch.complex32 and ember.device.type == "ember"
+    parts_cpu, parts_ember = torch.view_as_real(cpu).double(), torch.view_as_real(ember.cpu()).double()
+    assert torch.allclose(parts_ember.mean(0), parts_cpu.mean(0), atol=0.02)
+    assert torch.allclose(parts_ember.var(0), parts_cpu.var(0), rtol=0.03)

@@ -175,10 +175,15 @@ at::Tensor& addmm_out(const at::Tensor& input, const at::Tensor& mat1,
 
 // The functional and in-place forms (mm, addmm, addmm_, bmm) keep their
 // default kernels: they run the meta function, allocate, and call these.
+// addr (beta * self + alpha * the outer product of two vectors) is the CPU's
+// kernel on the device's memory: its default kernel composes outer, mul and
+// add, and rounds each step to bfloat16 where the CPU computes in float.
+// addr.out and addr_ call addr.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm.out", TORCH_FN(mm_out));
   m.impl("addmm.out", TORCH_FN(addmm_out));
   m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("addr", torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
 }
 
 } // namespace ember::blas

@@ -322,10 +322,10 @@ namespace ember::conv {
 // 2-D and, for a device it does not know, calls this operator.
 //
 // Since chapter 12 it runs the host's convolution library, ATen's CPU
-// convolution (oneDNN for float32 on this machine), on the device's memory,
-// the way a GPU backend calls cuDNN: several times faster than chapter 04's
-// im2col kernels, and every case they refused (transposed, 1-D and 3-D,
-// integer and complex dtypes) works.
+// convolution (oneDNN where the build has it and ATen picks it), on the
+// device's memory, the way a GPU backend calls cuDNN: several times faster
+// than chapter 04's im2col kernels, and every case they refused (transposed,
+// 1-D and 3-D, integer and complex dtypes) works.
 at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,

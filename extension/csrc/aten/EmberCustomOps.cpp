@@ -96,7 +96,8 @@ at::Tensor customAbsEmber(const at::Tensor& self) {
                                out.mutable_data_ptr<scalar_t>(), self.numel(),
                                emSuccess};
     // Every buffer the kernel touches is named, so the driver maps it.
-    void* buffers[] = {const_cast<void*>(self.const_data_ptr()), out.mutable_data_ptr()};
+    void* buffers[] = {const_cast<void*>(self.const_data_ptr()),
+                       out.mutable_data_ptr()};
     EMBER_CHECK(emLaunchKernel(&absKernel<scalar_t>, &launch, buffers, 2));
     EMBER_CHECK(launch.status);
   });

@@ -18,6 +18,7 @@
 #include <limits>
 #include <tuple>
 #include <optional>
+#include <utility>
 
 // ember-book: begin distributions
 namespace ember {
@@ -161,6 +162,11 @@ at::Tensor& bernoulliTensor_(at::Tensor& self, const at::Tensor& p,
 at::Tensor& randomFrom_(at::Tensor& self, int64_t from,
                         std::optional<int64_t> to,
                         std::optional<at::Generator> generator);
+std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
+                                          int64_t from,
+                                          std::optional<int64_t> to);
+at::Tensor& randomRange(const char* op, at::Tensor& self, int64_t from,
+                        uint64_t range, std::optional<at::Generator> generator);
 at::Tensor& multinomialOut(const at::Tensor& self, int64_t samples,
                            bool replacement,
                            std::optional<at::Generator> generator,
@@ -188,8 +194,9 @@ at::Tensor& drawVia(at::Tensor& self, Draw&& draw) {
     return draw(self);
   }
   if (self.is_complex()) {
+    // complex32's parts are float16: they go through a float32 buffer too.
     at::Tensor parts = at::view_as_real(self);
-    draw(parts);
+    drawVia(parts, draw);
     return self;
   }
   at::Tensor buffer = at::empty(self.sizes(), self.options().dtype(at::kFloat));
@@ -240,45 +247,20 @@ at::Tensor& bernoulliTensorAnyDtype_(at::Tensor& self, const at::Tensor& p,
   });
 }
 
-// Integers: drawn as Long, then converted. Without `to`, the range ends at
-// the largest integer the dtype holds exactly; an integer dtype's `from`
+// Integers: drawn as Long, then converted. The range follows the rules of
+// self's dtype (integerRange, chapter 08): without `to` it ends at the
+// largest integer the dtype holds exactly, and an integer dtype's `from`
 // and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
 // random_(0, 300) is refused, not wrapped).
-std::pair<int64_t, int64_t> exactRange(const at::Tensor& self) {
-  switch (self.scalar_type()) {
-    case at::kBool: return {0, 1};
-    case at::kByte: return {0, UINT8_MAX};
-    case at::kChar: return {INT8_MIN, INT8_MAX};
-    case at::kShort: return {INT16_MIN, INT16_MAX};
-    case at::kInt: return {INT32_MIN, INT32_MAX};
-    case at::kHalf: return {-(int64_t{1} << 11), int64_t{1} << 11};
-    case at::kBFloat16: return {-(int64_t{1} << 8), int64_t{1} << 8};
-    default:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "ember: aten::random_ is not ",
-                                  "implemented for ", self.scalar_type(),
-                                  " tensors (on ", self.device(),
-                                  ", as on the CPU)");
-  }
-}
-
 at::Tensor& randomFromAnyDtype_(at::Tensor& self, int64_t from,
                                 std::optional<int64_t> to,
                                 std::optional<at::Generator> generator) {
   if (drawsDirectly(self) || self.scalar_type() == at::kLong) {
     return randomFrom_(self, from, to, generator);
   }
-  const auto [lowest, highest] = exactRange(self);
-  const int64_t end = to.value_or(highest + 1);
-  if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
-    TORCH_CHECK(from >= lowest && from <= highest, "ember: aten::random_ on ",
-                self.device(), ": from is out of bounds for ",
-                self.scalar_type());
-    TORCH_CHECK(end - 1 >= lowest && end - 1 <= highest,
-                "ember: aten::random_ on ", self.device(),
-                ": to - 1 is out of bounds for ", self.scalar_type());
-  }
+  const auto [first, range] = integerRange(self, from, to);
   at::Tensor buffer = at::empty(self.sizes(), self.options().dtype(at::kLong));
-  randomFrom_(buffer, from, end, generator);
+  randomRange("aten::random_.from", buffer, first, range, generator);
   return self.copy_(buffer);
 }
 

@@ -185,6 +185,54 @@ void checkOneEmberDevice(const c10::OperatorHandle& op,
 
 static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
 
+// An out= (or in-place) tensor on another device than the ember inputs:
+// cpu_fallback would compute on the CPU and then copy the result back with
+// _copy_from_and_resize dispatched on the out= tensor's device, which for a
+// CPU tensor has no kernel (a NotImplementedError about the CPU backend).
+// CUDA refuses such a call up front with a device mismatch; so do we.
+void checkOutputsOnEmber(const c10::OperatorHandle& op,
+                         c10::ArrayRef<c10::IValue> arguments) {
+  const c10::FunctionSchema& schema = op.schema();
+  std::optional<c10::Device> ember;
+  for (const c10::IValue& value : arguments) {
+    std::vector<at::Tensor> tensors;
+    if (value.isTensor()) {
+      tensors.push_back(value.toTensor());
+    } else if (value.isTensorList()) {
+      tensors = value.toTensorVector(); // cat's inputs
+    }
+    for (const at::Tensor& tensor : tensors) {
+      if (!ember.has_value() && tensor.defined() && tensor.is_privateuseone()) {
+        ember = tensor.device();
+      }
+    }
+  }
+  if (!ember.has_value()) {
+    return;
+  }
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) {
+      continue;
+    }
+    std::vector<at::Tensor> written;
+    if (arguments[i].isTensor()) {
+      written.push_back(arguments[i].toTensor());
+    } else if (arguments[i].isTensorList()) {
+      written = arguments[i].toTensorVector();
+    }
+    for (const at::Tensor& tensor : written) {
+      TORCH_CHECK(!tensor.defined() || tensor.device() == *ember,
+                  "ember: ", op.operator_name(), " writes into '",
+                  schema.arguments()[i].name(), "' on ", tensor.device(),
+                  ", but its inputs are on ", *ember, ": an out= tensor "
+                  "must be on the inputs' device (as on CUDA)");
+    }
+  }
+}
+
+static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
+
 } // namespace ember
 // ember-book: end fallback_one_device
 

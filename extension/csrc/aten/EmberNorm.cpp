@@ -126,9 +126,23 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
           output_mask[2] ? grad_bias : Tensor()};
 }
 
+// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
+// the CPU's kernel on the device's memory.
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Layer and group normalization: their default kernels for a backend
+// without its own (math_native_layer_norm, math_group_norm) compose ember's
+// operators, and in bfloat16 or float16 each step (mean, variance, the
+// normalized values) rounds to the input's dtype; the CPU's kernels
+// accumulate in float. The host kernel runs the CPU's (their backwards go
+// to the CPU fallback, which also runs the CPU's kernels).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
   m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
+  m.impl("native_layer_norm",
+         torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
+  m.impl("native_group_norm",
+         torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
 }
 
 } // namespace ember

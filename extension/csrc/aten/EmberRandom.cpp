@@ -17,6 +17,7 @@
 #include <numeric>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "driver/ember_driver.h"
@@ -234,28 +235,84 @@ at::Tensor& bernoulliScalar_(at::Tensor& self, double p,
 // ember-book: end random_fill
 
 // ember-book: begin random_integers
+#include <ATen/Dispatch_v2.h> // AT_DISPATCH_V2
+#include <ATen/native/DistributionTemplates.h> // ATen's rules for random_'s range
+
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 namespace ember {
 
-// The largest integer a dtype's random_ may produce: every integer up to it
-// must be exactly representable (2^24 for float, 2^53 for double).
-int64_t randomMax(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: return int64_t{1} << std::numeric_limits<float>::digits;
-    case at::kDouble: return int64_t{1} << std::numeric_limits<double>::digits;
-    default: return std::numeric_limits<int64_t>::max();
+// The integers random_ draws, as (from, range): from + (64 random bits
+// modulo range), range 0 standing for all 2^64 values. By ATen's rules
+// (ATen/native/DistributionTemplates.h), so that ember accepts and refuses
+// what the CPU does: [from, to), a float dtype's bounds moved to integers
+// it holds exactly; without `to`, up to the largest integer the dtype holds
+// exactly (2^24 for float, 2^53 for double) or its maximum (2^63 - 1 for
+// Long); from = -2^63 without `to` draws all 2^64 values. An integer
+// dtype's bounds must lie in its range; a float's beyond 2^digits warn.
+std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
+                                          int64_t from,
+                                          std::optional<int64_t> to) {
+  namespace templates = at::native::templates;
+  const at::ScalarType type = self.scalar_type();
+  const bool floating = at::isFloatingType(type);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      floating || at::isIntegralType(type, /*includeBool=*/true),
+      "ember: aten::random_ is not implemented for ", type, " tensors (on ",
+      self.device(), ", as on the CPU)");
+  TORCH_CHECK(!to.has_value() || from < *to, "ember: random_ expects from < "
+              "to, got from=", from, " to=", *to);
+  if (!to.has_value() && from == std::numeric_limits<int64_t>::lowest()) {
+    return {from, 0};
   }
+  int64_t last = 0; // the largest value drawn
+  if (floating) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type,
+                                    "random_", [&] {
+      constexpr int digits = std::numeric_limits<scalar_t>::digits;
+      from = templates::update_from<scalar_t>(from);
+      // Without `to`, the CPU wants from below 2^digits, not at it.
+      last = to.has_value() ? templates::update_to<scalar_t>(*to) - 1
+                            : (int64_t{1} << std::min(digits, 62)) - 1;
+    });
+  } else {
+    AT_DISPATCH_V2(type, "random_", AT_WRAP([&] {
+      const auto lowest = static_cast<int64_t>(
+          std::numeric_limits<scalar_t>::lowest());
+      const auto highest = static_cast<int64_t>(
+          std::numeric_limits<scalar_t>::max());
+      last = to.has_value() ? *to - 1 : highest;
+      TORCH_CHECK(from >= lowest && from <= highest, "ember: aten::random_ ",
+                  "on ", self.device(), ": from is out of bounds for ", type,
+                  " (got ", from, ")");
+      TORCH_CHECK(last >= lowest && last <= highest, "ember: aten::random_ ",
+                  "on ", self.device(), ": to - 1 is out of bounds for ",
+                  type, " (got ", last, ")");
+    }), AT_EXPAND(AT_INTEGRAL_TYPES_V2), at::kBool);
+  }
+  TORCH_CHECK(from <= last, "ember: random_ on ", type, " expects from < to ",
+              "once both are rounded to the dtype, got from=", from,
+              " to=", last + 1);
+  if (floating) {
+    if (!to.has_value()) {
+      ++last; // [from, 2^digits], the end included
+    }
+    // Warns, as on the CPU, for a bound beyond what the dtype holds exactly.
+    templates::check_from_to_in_range(from, last, self.dtype());
+  }
+  return {from, static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1};
 }
 
-// Integers in [from, from + range), drawn as 64 random bits modulo the range
-// (the bias is below 2^-10 for any range a float can hold).
+// Integers in [from, from + range) into self (Float, Double or Long). The
+// sum wraps in unsigned arithmetic: from + offset may pass through 2^63.
 at::Tensor& randomRange(const char* op, at::Tensor& self, int64_t from,
                         uint64_t range, std::optional<at::Generator> generator) {
   const auto fill = [&](auto zero) -> at::Tensor& {
     using T = decltype(zero);
     return randomFill<T>(op, self, generator, [=](const Philox& r) {
-      return static_cast<T>(from + static_cast<int64_t>(bits64(r) % range));
+      const uint64_t offset = range == 0 ? bits64(r) : bits64(r) % range;
+      return static_cast<T>(
+          static_cast<int64_t>(static_cast<uint64_t>(from) + offset));
     });
   };
   switch (self.scalar_type()) {
@@ -266,18 +323,12 @@ at::Tensor& randomRange(const char* op, at::Tensor& self, int64_t from,
   }
 }
 
-// random_(from, to): [from, to); without `to`, up to randomMax inclusive.
-at::Tensor& randomFrom_(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+// random_(from, to): [from, to); without `to`, see integerRange.
+at::Tensor& randomFrom_(at::Tensor& self, int64_t from,
+                        std::optional<int64_t> to,
                         std::optional<at::Generator> generator) {
-  const int64_t max = randomMax(self.scalar_type());
-  const int64_t last = to.has_value() ? *to - 1 : max;
-  TORCH_CHECK(!to.has_value() || from < *to, "ember: random_ expects from < to, "
-              "got from=", from, " to=", *to);
-  TORCH_CHECK(from >= -max && last <= max, "ember: random_ on ",
-              self.scalar_type(), " draws integers in [", -max, ", ", max,
-              "], got from=", from, " to=", last + 1);
-  const uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1;
-  return randomRange("aten::random_.from", self, from, range, generator);
+  const auto [first, range] = integerRange(self, from, to);
+  return randomRange("aten::random_.from", self, first, range, generator);
 }
 
 at::Tensor& randomTo_(at::Tensor& self, int64_t to,

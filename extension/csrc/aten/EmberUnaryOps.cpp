@@ -30,7 +30,8 @@ namespace ember {
 void absKernel(at::TensorIteratorBase& iter) {
   dispatchNumbers("aten::abs.out", iter.common_dtype(), [&](auto zero) {
     using T = decltype(zero);
-    unaryLoop<T, T>("aten::abs.out", iter, [](T v) EMBER_INLINE { return std::abs(v); });
+    unaryLoop<T, T>("aten::abs.out", iter,
+                    [](T v) EMBER_INLINE { return std::abs(v); });
   });
 }
 
@@ -79,7 +80,7 @@ namespace ember {
                      [&](auto zero) {                                       \
       using T = decltype(zero);                                             \
       unaryLoop<T, T>("aten::" #name ".out", iter,                          \
-                      [](T x) EMBER_INLINE { return T(expression); });                   \
+                      [](T x) EMBER_INLINE { return T(expression); });      \
     });                                                                     \
   }
 

@@ -86,7 +86,8 @@ struct EmberAllocator final : public c10::DeviceAllocator {
     size_t free = 0, total = 0;
     EMBER_CHECK(emMemGetInfo(device, &free, &total));
     const auto stats = cacheStats(device);
-    const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+    const auto all =
+        static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
     const size_t allocated = stats.allocated_bytes[all].current;
     const size_t reserved = stats.reserved_bytes[all].current;
     TORCH_CHECK_WITH(
