@@ -1,6 +1,10 @@
 # Two commands do everything on a fresh machine:
 #   make book   build and render the book into _build/html
 #   make test   run the whole test suite (what CI runs)
+# and one opens the chapters to read and run them:
+#   make lab    JupyterLab on chapters/, with the finished package torch_ember installed (chapters 11
+#               and 12 use it). Arguments: PORT=8890 IP=0.0.0.0 LAB_ARGS="--no-browser" (any option of
+#               `jupyter lab`), e.g. `make lab PORT=8890 IP=0.0.0.0 LAB_ARGS=--no-browser` in a container.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -33,10 +37,13 @@ book: setup
 # The book's own tests and the finished extension's tests run in separate
 # processes: each loads a PrivateUse1 backend, and a process holds only one.
 test: setup extension lint sync-check
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension --ignore=tests/test_lab_live.py
 	$(PYTEST) tests/extension
 	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
 	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
+	# The reader's path, last (the chapter builds are cached by now): JupyterLab as `make lab` starts it,
+	# headless Chromium runs chapters 02 and 11 through its UI, on copies in a temporary folder.
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/test_lab_live.py
 
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension
@@ -63,9 +70,16 @@ bench: setup extension
 conformance: setup extension
 	$(PY) tests/extension/opinfo_sweep.py --json tests/extension/opinfo_summary.json --write-expected tests/extension/opinfo_expected_failures.toml
 
-# Containers often run as root, which JupyterLab refuses without --allow-root.
-lab: setup
-	EMBER_BOOK_BATCH=0 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VENV)/bin/jupyter lab chapters/$(if $(filter 0,$(shell id -u)), --allow-root)
+# JupyterLab for a reader: `make lab [PORT=8890] [IP=0.0.0.0] [LAB_ARGS="..."]`. It needs the installed
+# package (chapters 11 and 12 import torch_ember; the chapters' kernels still build their own backend,
+# autoload off). Containers often run as root, which JupyterLab refuses without --allow-root.
+PORT ?=
+IP ?=
+LAB_ARGS ?=
+LAB_COMMAND = $(VENV)/bin/jupyter lab chapters/ $(if $(PORT),--port=$(PORT)) $(if $(IP),--ip=$(IP)) \
+	$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+lab: setup extension
+	EMBER_BOOK_BATCH=0 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(LAB_COMMAND)
 
 clean:
 	rm -rf _build

@@ -15,6 +15,7 @@ from book.chapter import Chapter
 from book.widgets import dispatch_trace as tr
 from book.widgets import table as t
 from book.widgets import trace_view
+from book.widgets.html import inline
 from book.widgets.table_view import DispatchTable
 
 EMBER = "privateuseone"
@@ -144,15 +145,21 @@ def test_table_renders_deterministic_html_and_text(ember: builder.Build) -> None
     assert bundle == second._repr_mimebundle_()  # outside a live kernel: no widget view
     assert set(bundle) == {"text/plain", "text/html"}
     html = bundle["text/html"]
-    assert html.startswith('<div class="ember-dispatch-table"><style>')
-    assert "<script" not in html
+    # Styles live in style attributes (JupyterLab's sanitizer drops <style> from untrusted notebooks).
+    assert html.startswith('<div class="ember-dispatch-table" style="font-family:')
+    assert "<script" not in html and "<style" not in html
     assert html.count('<td class="ember-cell') == len(TABLE_OPS) * len(TABLE_KEYS)
+    assert re.search(r'<td class="ember-cell ember-kernel"[^>]* style="[^"]*background: #dbeafe', html)
+    # Long key names wrap in the header: the functionality above the backend.
+    assert '<th class="ember-key" title="AutogradPrivateUse1"' in html and "Autograd<br>PrivateUse1" in html
     assert "ember-kernel ember-ours" in html and "ember-fallback ember-ours" in html
     assert 'title="kernel registered at build/aten/src/ATen/RegisterCPU_' in html
     lines = bundle["text/plain"].splitlines()
-    assert lines[1].split(" │ ") == [
+    assert [cell.strip() for cell in lines[1].split("│")] == ["", "", "Autograd", ""]
+    assert lines[2].split(" │ ") == [
         "operator".ljust(len("aten::empty.memory_format")),
-        *TABLE_KEYS[:-1],
+        "PrivateUse1",
+        "PrivateUse1",
         "CPU",
     ]
     assert not re.search(r"0x[0-9a-f]{6,}|/__w/|site-packages", bundle["text/plain"] + html)
@@ -204,7 +211,7 @@ def test_trace_in_inference_mode_has_no_autograd_keys() -> None:
     # The call entered at its backend: nothing was reconstructed, and neither view claims otherwise.
     assert call.path[-1].inferred is False and not trace.inferred
     assert trace.text().splitlines()[-1] == trace_view.LEGEND_SKIPPED
-    body = trace.html().split("</style>", 1)[1]
+    body = trace.html().split("</style>", 1)[1]  # after the few rules that cannot be inlined
     assert "ember-inferred" not in body and "inferred from" not in body
 
 
@@ -288,7 +295,10 @@ def test_trace_renders_deterministic_html_and_text(ember: builder.Build) -> None
     assert first.text() == second.text()
     assert first.html() == second.html()
     html = first.html()
-    assert html.startswith('<div class="ember-trace"><style>') and "<script" not in html
+    assert html.startswith('<div class="ember-trace" style="') and "<script" not in html
+    # Only pseudo-element and pseudo-class rules stay in a <style> block: the rest is inlined.
+    (block,) = re.findall(r"<style>(.*?)</style>", html)
+    assert all(":" in selector for selector in re.findall(r"([^{}]+)\{", block))
     rows = len(list(first.walk())) + len(first.all_events())
     assert html.count('class="ember-trace-row') == rows
     assert "ember-badge ember-k-ember" in html and "ember-event" in html
@@ -307,6 +317,26 @@ def test_trace_renders_deterministic_html_and_text(ember: builder.Build) -> None
     assert text.splitlines()[-1] == f"{trace_view.LEGEND_SKIPPED} · {trace_view.LEGEND_INFERRED}"
     assert "▪ malloc 16 B on privateuseone:0" in text and "▪ free 16 B on privateuseone:0" in text
     assert not re.search(r"0x[0-9a-f]{6,}|\d+\.\d+ ?(s|ms|us)\b|thread", text + html)
+
+
+def test_inline_copies_rules_into_style_attributes() -> None:
+    css = """
+    .w { color: red; margin: 0; }
+    .w td { padding: 1px; }
+    .w td.k { color: blue; }
+    .w tr > td { border: 1px solid; }
+    .w td::before { content: "x"; }
+    """
+    markup = (
+        '<div class="w"><table><tr><td class="k" title="a &amp; b">x</td><td style="color: green">y</td></tr>'
+    )
+    markup += "</table><details open><summary>s</summary></details></div>"
+    assert inline(markup, css) == (
+        '<div class="w" style="color: red; margin: 0"><style>.w td::before { content: "x"; }</style>'
+        '<table><tr><td class="k" title="a &amp; b" style="padding: 1px; border: 1px solid; color: blue">x</td>'
+        '<td style="padding: 1px; border: 1px solid; color: green">y</td></tr></table>'
+        "<details open><summary>s</summary></details></div>"
+    )
 
 
 def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 from book.paths import CHAPTERS
 from book.widgets import by_chapter as b
 from book.widgets import table as t
-from book.widgets.html import OURS, esc, kind_css, style
+from book.widgets.html import MONO, OURS, SANS, esc, inline, kind_css
 
 _SHARED_WORD = {t.FALLBACK: "backend fallback", t.FALLTHROUGH: "fallthrough"}
 
 _CSS = f"""
-.ember-by-chapter {{ font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 13px;
+.ember-by-chapter {{ font-family: {SANS}; font-size: 13px;
   color: #111827; background: #ffffff; margin: 4px 0; overflow-x: auto; }}
 .ember-by-chapter .ember-title {{ font-weight: 600; margin: 2px 0 6px 0; }}
 .ember-by-chapter table {{ border-collapse: collapse; margin: 2px 0 6px 0; }}
@@ -29,7 +29,7 @@ _CSS = f"""
   vertical-align: top; }}
 .ember-by-chapter thead th {{ background: #f9fafb; font-weight: 600; white-space: nowrap; }}
 .ember-by-chapter td.ember-num {{ text-align: right; font-variant-numeric: tabular-nums; }}
-.ember-by-chapter code {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12px; }}
+.ember-by-chapter code {{ font-family: {MONO}; font-size: 12px; }}
 .ember-by-chapter details {{ margin: 3px 0; }}
 .ember-by-chapter summary {{ cursor: pointer; color: {OURS}; font-weight: 600; }}
 {kind_css(".ember-by-chapter td.ember-kind")}
@@ -137,9 +137,8 @@ def render_html(data: b.ByChapter) -> str:
     )
     if data.unattributed:
         note += f" The book's entries with no chapter in their location: {len(data.unattributed)}."
-    return (
+    markup = (
         '<div class="ember-by-chapter">'
-        + style(_CSS)
         + f'<div class="ember-title">ember\'s dispatch table by chapter: {data.operators} operators, '
         + f"keys {esc(', '.join(data.keys))}</div>"
         + "<table><thead><tr><th>chapter</th><th>kernels</th><th>operators</th><th>keys</th>"
@@ -149,6 +148,7 @@ def render_html(data: b.ByChapter) -> str:
         + "".join(details)
         + f'<div class="ember-note">{note}</div></div>'
     )
+    return inline(markup, _CSS)
 
 
 class DispatchTableByChapter:

@@ -40,7 +40,8 @@ def controls(table: DispatchTable) -> Any:
     """An ipywidgets VBox: operator patterns, keys, re-read; below them the live HTML table."""
     import ipywidgets as w
 
-    from book.widgets.table_view import render_html
+    from book.widgets.html import inline
+    from book.widgets.table_view import _CSS, render_html
 
     ops = w.Text(
         value=", ".join(table.patterns),
@@ -61,8 +62,8 @@ def controls(table: DispatchTable) -> Any:
         try:
             data = t.table_data(split_patterns(ops.value), keys.value or t.DEFAULT_KEYS, since)
         except ValueError as error:
-            output.value = (
-                f'<div class="ember-dispatch-table"><span class="ember-error">{esc(error)}</span></div>'
+            output.value = inline(
+                f'<div class="ember-dispatch-table"><span class="ember-error">{esc(error)}</span></div>', _CSS
             )
             return
         output.value = render_html(data)

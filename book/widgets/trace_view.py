@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from book.widgets import dispatch_trace as tr
-from book.widgets.html import OURS, esc, style
+from book.widgets.html import MONO, OURS, SANS, esc, inline
 
 INFERRED_MARK = "*"
 HEADER = "dispatch trace: operator  key path  ⇒ what ran"
@@ -149,17 +149,18 @@ _BADGE_CLASS = {
 }
 
 _CSS = f"""
-.ember-trace {{ font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 13px; color: #111827;
+.ember-trace {{ font-family: {SANS}; font-size: 13px; color: #111827;
   background: #ffffff; margin: 4px 0; overflow-x: auto; }}
 .ember-trace .ember-title {{ font-weight: 600; margin: 2px 0 6px 0; }}
 .ember-trace details > details, .ember-trace details > .ember-leaf {{ margin-left: 18px; }}
-.ember-trace summary {{ cursor: pointer; list-style: none; }}
+.ember-trace summary {{ cursor: pointer; }}
+.ember-trace details > summary:first-of-type {{ list-style: none; }}
 .ember-trace summary::-webkit-details-marker {{ display: none; }}
 .ember-trace summary::before {{ content: "▾"; display: inline-block; width: 14px; color: #6b7280; }}
 .ember-trace details:not([open]) > summary::before {{ content: "▸"; }}
 .ember-trace .ember-leaf::before {{ content: ""; display: inline-block; width: 14px; }}
 .ember-trace .ember-trace-row {{ padding: 2px 0; white-space: nowrap; }}
-.ember-trace .ember-op {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-weight: 600;
+.ember-trace .ember-op {{ font-family: {MONO}; font-weight: 600;
   margin-right: 8px; }}
 .ember-trace .ember-chip {{ display: inline-block; border: 1px solid #9ca3af; border-radius: 9px;
   padding: 0 7px; margin-right: 3px; font-size: 12px; background: #f9fafb; color: #374151; }}
@@ -179,9 +180,9 @@ _CSS = f"""
 .ember-trace .ember-k-cpu {{ background: #dbeafe; color: #1e3a8a; border: 1px solid #60a5fa; }}
 .ember-trace .ember-k-other {{ background: #e5e7eb; color: #1f2937; border: 1px solid #9ca3af; }}
 .ember-trace .ember-k-missing {{ background: #fee2e2; color: #991b1b; border: 1px solid #f87171; }}
-.ember-trace .ember-where {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 11px;
+.ember-trace .ember-where {{ font-family: {MONO}; font-size: 11px;
   color: #6b7280; margin-left: 6px; }}
-.ember-trace .ember-event {{ font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12px;
+.ember-trace .ember-event {{ font-family: {MONO}; font-size: 12px;
   color: #065f46; }}
 .ember-trace .ember-event .ember-event-kind {{ display: inline-block; min-width: 4.5em; font-weight: 700;
   background: #d1fae5; border: 1px solid #34d399; border-radius: 3px; padding: 0 5px; margin-right: 6px; }}
@@ -273,13 +274,13 @@ def _legend_html(trace: tr.Trace) -> str:
 
 
 def render_html(trace: tr.Trace) -> str:
-    """Self-contained HTML: nested <details> (collapsible without JavaScript)."""
+    """Self-contained HTML: nested <details> (collapsible without JavaScript), styles inlined."""
     body = _items_html(trace.items, trace.device_type) or f"<div>{esc(EMPTY)}</div>"
-    return (
+    markup = (
         '<div class="ember-trace">'
-        + style(_CSS)
         + '<div class="ember-title">dispatch trace</div>'
         + f'<div class="ember-body">{body}</div>'
         + f'<div class="ember-legend">{_legend_html(trace)}</div>'
         + "</div>"
     )
+    return inline(markup, _CSS)
