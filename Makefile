@@ -48,6 +48,8 @@ test: setup extension lint sync-check
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension
 	$(RUFF) format --check $(RUFF_ARGS) book tests extension
+	# The chapters' Python is formatted to the rendered page's 88 columns (tests/test_outputs.py checks the rest).
+	$(RUFF) format --check --line-length 88 --target-version py311 $(wildcard chapters/*.ipynb)
 
 sync-check: setup
 	$(PY) -m book.sync --check

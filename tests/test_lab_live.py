@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from chromium import start_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 JUPYTER = Path(sys.executable).with_name("jupyter")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SOURCE = Path(os.environ.get("EMBER_LAB_TEST_CHAPTERS") or ROOT / "chapters")
 CHAPTERS = ["02_minimal_ops.ipynb", "11_renaming.ipynb"]
 WIDGET_CHAPTER = "02_minimal_ops.ipynb"  # its dispatch tables get the live controls
@@ -153,34 +152,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
-    if missing:
-        pytest.fail(
-            f"{' and '.join(missing)} not found: install them with "
-            "`apt-get install -y --no-install-recommends chromium chromium-driver` (.ci/run does)",
-            pytrace=False,
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--window-size=1280,1000",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(argument)
-    # An explicit driver path: Selenium Manager is never asked to download anything.
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"), ["--window-size=1280,1000"])
     driver.implicitly_wait(0)
     try:
         yield driver

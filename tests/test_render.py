@@ -19,14 +19,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from chromium import start_chromium
 from docutils.nodes import make_id
 
 from book.cells import split_magic
 
 ROOT = Path(__file__).resolve().parent.parent
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
@@ -166,37 +165,16 @@ def test_widgets_render_as_static_html(book_build: Build) -> None:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
-    if missing:
-        pytest.fail(
-            f"{' and '.join(missing)} not found: install them with "
-            "`apt-get install -y --no-install-recommends chromium chromium-driver` (.ci/run does)",
-            pytrace=False,
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        # The network is cut: no name resolves and every proxied request goes nowhere.
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--proxy-server=127.0.0.1:9",
-        "--window-size=1280,900",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    # An explicit driver path: Selenium Manager is never asked to download anything.
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver = start_chromium(
+        tmp_path_factory.mktemp("chromium-profile"),
+        [
+            # The network is cut: no name resolves and every proxied request goes nowhere.
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--proxy-server=127.0.0.1:9",
+            "--window-size=1280,900",
+        ],
+        {"goog:loggingPrefs": {"performance": "ALL", "browser": "ALL"}},
+    )
     try:
         yield driver
     finally:
