@@ -73,6 +73,7 @@ import sys
 import textwrap
 import traceback
 import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -509,4 +510,26 @@ def install(shell: Any = None) -> bool:
     if shell is None:
         return False
     shell.set_custom_exc((Exception,), _handler)
+    warnings.showwarning = show_warning
     return True
+
+
+def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int) -> str:
+    """A warning as Python prints it, less the machine's path and the quoted source line, wrapped
+    to the page: ``<torch>/nn/functional.py:4315: UserWarning: An output with...``."""
+    head = f"{short_paths(filename)}:{lineno}: {category.__name__}: "
+    lines = str(message).splitlines() or [""]
+    shown = fit_line(head + lines[0]) + [part for line in lines[1:] for part in fit_line(line)]
+    return "\n".join(shown) + "\n"
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """`warnings.showwarning` for the chapters' kernels: `format_warning` on stderr."""
+    (file or sys.stderr).write(format_warning(message, category, filename, lineno))

@@ -437,3 +437,18 @@ def test_a_notebook_keeps_a_compact_error_and_passes_the_output_rules(tmp_path: 
     path = tmp_path / "x.ipynb"
     nbformat.write(notebook, path)
     assert output_problems(path) == []
+
+
+def test_a_warning_shows_without_the_machine_path_and_fits_the_page() -> None:
+    from book.errors import format_warning
+
+    shown = format_warning(
+        UserWarning("An output with one or more elements was resized since it had shape [], " * 3),
+        UserWarning,
+        "/work/x/.venv/lib/python3.11/site-packages/torch/nn/functional.py",
+        4315,
+    )
+    assert shown.startswith("<torch>/nn/functional.py:4315: UserWarning: An output with")
+    assert "/work/" not in shown
+    assert all(len(line) <= 88 for line in shown.splitlines())
+    assert shown.count("resized") == 3
