@@ -177,7 +177,7 @@ def test_by_chapter_widget_renders_static_deterministic_html(facts: dict[str, An
     assert html == facts["html_again"]
     assert html.startswith('<div class="ember-by-chapter" style="')
     assert "<script" not in html
-    assert html.count("<details>") == len(facts["groups"])
+    assert html.count("<details") == len(facts["groups"])
     assert "/work/" not in html + text and "site-packages" not in html + text
     assert len(text.splitlines()) < 60
 
