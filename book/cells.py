@@ -265,7 +265,7 @@ SESSION = Session()
 
 
 def register_magic() -> None:
-    """Register `%%cpp` in the running IPython, if there is one."""
+    """Register `%%cpp` (and `%%py`, book/pycells.py) in the running IPython, if there is one."""
     try:
         from IPython import get_ipython
     except ImportError:  # plain Python: nothing to register
@@ -288,3 +288,7 @@ def register_magic() -> None:
             display(revision)
 
     shell.register_magic_function(cpp, magic_kind="cell", magic_name=MAGIC)
+
+    from book import pycells  # `%%py NAME`: the package's Python, shown (pycells imports this module)
+
+    pycells.register(shell, lambda: SESSION.chapter)

@@ -5,7 +5,9 @@ Loaded by ``_config.yml`` (``sphinx: local_extensions``). Two jobs:
 * A notebook's ``%%cpp NAME`` cell is C++ for the reader, but myst-nb highlights every code cell
   with the notebook's Python lexer. :class:`CppCells` finds those cells in the doctree, highlights
   them as ``cpp`` and replaces the magic line by a caption that names the part and the file in
-  ``extension/csrc`` it comes from (one source of truth, see ``book.sync``).
+  ``extension/csrc`` it comes from (one source of truth, see ``book.sync``). A ``%%py NAME``
+  cell (the package's Python, ``book/pycells.py``) gets the same caption, naming its file in
+  ``extension/torch_ember`` (or ``extension/history``).
 * The static book has no kernel, so widgets are shown through their ``text/html`` view (see
   ``nb_mime_priority_overrides`` in ``_config.yml``). :func:`drop_remote_scripts` removes what
   myst-nb would still add to a page whose notebook carries widget state: the state itself and any
@@ -27,8 +29,9 @@ from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
+from book import pycells
 from book.cells import split_magic
-from book.sync import extension_regions
+from book.sync import extension_regions, python_placements, python_regions
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +63,37 @@ def region_files(srcdir: Path) -> dict[str, str]:
     return {name: region.path.relative_to(srcdir).as_posix() for name, region in regions.items()}
 
 
-def cpp_caption(name: str, path: str | None) -> nodes.caption:
+def python_region_files(srcdir: Path) -> dict[tuple[str, str], str]:
+    """(chapter stem, Python region name) -> the file (relative to the book root) that holds the
+    version that chapter shows: the package's for the latest, extension/history's for earlier ones."""
+    if not (srcdir / "extension" / "torch_ember").is_dir():
+        return {}
+    try:
+        regions = python_regions(srcdir / "extension")
+    except ValueError as error:
+        logger.warning("ember: cannot read the Python regions: %s", error, type="ember", subtype="regions")
+        return {}
+    notebooks = sorted((srcdir / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    return {
+        (part.chapter, part.name): regions[place].path.relative_to(srcdir).as_posix()
+        for part, place in python_placements(pycells.chapter_parts(notebooks))
+        if place in regions
+    }
+
+
+def cpp_caption(name: str, path: str | None, magic_name: str = "cpp", language: str = "C++") -> nodes.caption:
     """``%%cpp NAME`` · C++ · ``extension/csrc/...``: what the cell is and where its code lives."""
-    magic = f"%%cpp {name}"
+    magic = f"%%{magic_name} {name}"
     children: list[nodes.Node] = [
         nodes.literal(magic, magic, classes=["ember-cpp-magic"]),
-        nodes.Text(" · C++"),
+        nodes.Text(f" · {language}"),
     ]
     if path is not None:
         children += [
             nodes.Text(" · "),
             nodes.literal(path, path, classes=["ember-cpp-file"]),
         ]
-    text = magic + " · C++" + (f" · {path}" if path else "")
+    text = magic + f" · {language}" + (f" · {path}" if path else "")
     return nodes.caption(text, "", *children)
 
 
@@ -85,10 +106,32 @@ class CppCells(SphinxPostTransform):
 
     def run(self, **kwargs: Any) -> None:
         files: dict[str, str] | None = None
+        py_files: dict[tuple[str, str], str] | None = None
         for block in list(self.document.findall(nodes.literal_block)):
             if not _is_code_cell_source(block):
                 continue
             split = split_magic(block.astext())
+            py_split = None if split is not None else pycells.parse_magic(block.astext())
+            if py_split is not None:
+                if py_files is None:
+                    py_files = python_region_files(Path(self.env.srcdir))
+                name, body = py_split
+                code = body.rstrip("\n")
+                highlighted = nodes.literal_block(code, code, language="python", classes=["ember-py"])
+                highlighted.source, highlighted.line = block.source, block.line
+                wrapper = nodes.container(
+                    "",
+                    literal_block=True,
+                    classes=["literal-block-wrapper", "ember-cpp-cell", "ember-py-cell"],
+                )
+                wrapper["ids"].append(nodes.make_id(f"py-{name}"))
+                chapter = Path(self.env.docname).name
+                wrapper += cpp_caption(
+                    name, py_files.get((chapter, name)), magic_name=pycells.MAGIC, language="Python"
+                )
+                wrapper += highlighted
+                block.replace_self(wrapper)
+                continue
             if split is None:
                 continue
             if files is None:

@@ -22,7 +22,13 @@ aside). Where the region lives depends on what the cell is:
   (the chapter build would compile a second copy of the hooks).
 
 Neither history nor exercises is part of the package build; the chapters'
-builds and tests compile them. ``python -m book.sync --check`` lists every difference and exits 1;
+builds and tests compile them.
+
+The Python a chapter shows follows the same rules (``book/pycells.py``): a ``%%py NAME``
+cell equals the region ``# ember-book: begin NAME`` ... ``# ember-book: end NAME`` of a
+file under ``extension/torch_ember/`` (the package, latest version), or region
+``NAME.vK`` of ``extension/history/<chapter>.py`` (an earlier version). Python and C++
+names are separate: a ``%%py`` cell never matches a C++ region, nor the reverse. ``python -m book.sync --check`` lists every difference and exits 1;
 ``python -m book.sync --write`` copies the regions into the notebooks (then
 re-execute the chapters whose code changed).
 """
@@ -39,13 +45,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from book import pycells
 from book.cells import CppPart, chapter_paths, magic_line, normalize, parse_magic, parts_in_notebook
 from book.paths import CSRC, EXTENSION, REPO
 from book.stable import HEADERS as STABLE_HEADERS
 from book.stable import SOURCES as STABLE_SOURCES
 
 _MARKER = re.compile(r"^\s*// ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
+_PY_MARKER = re.compile(r"^# ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
 SOURCE_SUFFIXES = (".cpp", ".h")
+PACKAGE = "torch_ember"  # the package's Python, under extension/
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,9 @@ def regions_in_file(path: Path) -> list[Region]:
     open_name: str | None = None
     open_line = 0
     body: list[str] = []
+    marker = _PY_MARKER if path.suffix == ".py" else _MARKER
     for number, line in enumerate(path.read_text().splitlines(keepends=True), start=1):
-        match = _MARKER.match(line)
+        match = marker.match(line)
         if match is None:
             if open_name is not None:
                 body.append(line)
@@ -117,6 +127,70 @@ def all_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
                     raise ValueError(f"region {region.name!r} is defined twice in {path}")
                 regions[place] = region
     return regions
+
+
+def python_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
+    """The Python regions: ("package", NAME) in extension/torch_ember (names unique across the
+    package), ("history/<chapter>", NAME.vK) in extension/history/<chapter>.py."""
+    regions: dict[Place, Region] = {}
+    files = [("package", p) for p in sorted((extension / PACKAGE).rglob("*.py"))]
+    files += [(f"history/{p.stem}", p) for p in sorted((extension / "history").glob("*.py"))]
+    for folder, path in files:
+        for region in regions_in_file(path):
+            place = (folder, region.name)
+            if place in regions:
+                raise ValueError(
+                    f"Python region {region.name!r} is defined twice: {regions[place].where} and {region.where}"
+                )
+            regions[place] = region
+    return regions
+
+
+def python_placements(parts: list[pycells.PyPart]) -> list[tuple[pycells.PyPart, Place]]:
+    """Each `%%py` cell, in book order, with the place of the region it must equal: the last
+    version of a name is the package's, version K before it is history's NAME.vK."""
+    count = Counter(part.name for part in parts)
+    seen: Counter[str] = Counter()
+    placed: list[tuple[pycells.PyPart, Place]] = []
+    for part in parts:
+        seen[part.name] += 1
+        if seen[part.name] == count[part.name]:
+            placed.append((part, ("package", part.name)))
+        else:
+            placed.append((part, (f"history/{part.chapter}", f"{part.name}.v{seen[part.name]}")))
+    return placed
+
+
+def _describe_python(place: Place, extension: Path) -> str:
+    folder, name = place
+    where = extension / PACKAGE if folder == "package" else extension / f"{folder}.py"
+    shown = where.relative_to(REPO) if where.is_relative_to(REPO) else where
+    return f"'# ember-book: begin {name}' in {shown}"
+
+
+def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
+    """Every way the chapters' `%%py` cells differ from the package's Python (and its history)."""
+    regions = python_regions(extension)
+    found: list[str] = []
+    shown: dict[Place, pycells.PyPart] = {}
+    paths = list(notebooks) if notebooks is not None else None
+    for part, place in python_placements(pycells.chapter_parts(paths)):
+        if place in shown:
+            found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
+            continue
+        shown[place] = part
+        region = regions.get(place)
+        if region is None:
+            found.append(f"{part.origin}: no Python region {_describe_python(place, extension)}")
+        elif region.text != part.source:
+            diff = difflib.unified_diff(
+                region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""
+            )
+            found.append(f"{part.origin} differs from {region.where}:\n" + "\n".join(diff))
+    for place, region in regions.items():
+        if place not in shown:
+            found.append(f"{region.where}: Python region {place[1]!r} is not shown by any chapter")
+    return found
 
 
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
@@ -177,7 +251,14 @@ def _kind_problem(part: CppPart, region: Region, extension: Path) -> str | None:
 
 
 def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
-    """Every way the chapters' C++ differs from the extension's. Empty means in sync."""
+    """Every way the chapters' C++ and Python differ from the extension's. Empty means in sync."""
+    if notebooks is not None:
+        notebooks = list(notebooks)
+    return cpp_problems(notebooks, extension) + python_problems(notebooks, extension)
+
+
+def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
+    """Every way the chapters' `%%cpp` cells differ from the extension's C++."""
     regions = all_regions(extension)
     found: list[str] = []
     shown: dict[Place, CppPart] = {}
@@ -208,21 +289,32 @@ def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) 
     """Copy each region into the cell that shows it. Returns the notebooks changed."""
     paths = list(notebooks if notebooks is not None else chapter_paths())
     regions = all_regions(extension)
+    py_regions = python_regions(extension)
     # placements() lists the parts in cell order, so walking the cells in the same order pairs them.
     placed = iter(placements(chapter_parts(paths)))
+    py_placed = iter(python_placements(pycells.chapter_parts(paths)))
     changed: list[Path] = []
     for path in paths:
         notebook = json.loads(path.read_text())
         dirty = False
         for cell in notebook["cells"]:
-            parsed = parse_magic("".join(cell["source"])) if cell["cell_type"] == "code" else None
-            if parsed is None:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            parsed = parse_magic(source) if source else None
+            py_parsed = pycells.parse_magic(source) if source else None
+            if parsed is not None:
+                name, body, stable = parsed
+                _, place = next(placed)
+                region = regions.get(place)
+                first = magic_line(name, stable)
+            elif py_parsed is not None:
+                name, body = py_parsed
+                _, place = next(py_placed)
+                region = py_regions.get(place)
+                first = pycells.magic_line(name)
+            else:
                 continue
-            name, body, stable = parsed
-            _, place = next(placed)
-            region = regions.get(place)
             if region is not None and body != region.text:
-                text = magic_line(name, stable) + "\n" + region.text.rstrip("\n")
+                text = first + "\n" + region.text.rstrip("\n")
                 cell["source"] = text.splitlines(keepends=True)
                 dirty = True
         if dirty:
@@ -244,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in found:
         print(problem, file=sys.stderr)
     if not found:
-        print(f"in sync: {len(chapter_parts())} C++ cells match extension/")
+        cpp, python = len(chapter_parts()), len(pycells.chapter_parts())
+        print(f"in sync: {cpp} C++ cells and {python} Python cells match extension/")
     return 1 if found else 0
 
 

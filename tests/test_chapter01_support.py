@@ -1,6 +1,7 @@
 """Chapter 01's helpers: `book.run_isolated` and the device module (the package's own, `book.device_module()`)."""
 
 from __future__ import annotations
+import __future__
 
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 import book
-from book import builder
+from book import builder, sync
 from book import driver as ember_driver
 from book.chapter import Chapter
 
@@ -83,7 +84,38 @@ def test_the_chapters_register_the_packages_device_module(chapter01: builder.Bui
     # finished package's file, not a copy.
     Chapter.of(2).replay_earlier({})
     assert torch.privateuseone is book.device_module()
-    assert torch.privateuseone.__file__ == str(book.extension_path("torch_ember/device_module.py"))
+    assert torch.privateuseone.__file__ == str(book.extension_path("torch_ember/device_module/__init__.py"))
+
+
+def _shown_version(place: tuple[str, str]) -> dict[str, object]:
+    """Run a Python region the book shows in the namespace of the module that holds its
+    latest version: what the reader saw, against the loaded backend."""
+    region = sync.python_regions()[place]
+    namespace = dict(vars(book.device_module().memory))
+    flags = __future__.annotations.compiler_flag  # as the files: annotations stay unevaluated
+    exec(compile(region.text, str(region.path), "exec", flags=flags, dont_inherit=True), namespace)
+    return namespace
+
+
+def test_chapter_01s_memory_functions_as_shown_follow_the_driver(chapter01: builder.Build) -> None:
+    # Chapter 01 shows the first version (extension/history/01_allocator.py, memory.v1); the package
+    # holds chapter 09's, which answers from the driver too while the allocator is chapter 01's.
+    shown = _shown_version(("history/01_allocator", "memory.v1"))
+    assert shown["memory_allocated"] is not torch.privateuseone.memory_allocated
+    storage = torch.UntypedStorage(64, device="privateuseone:0")
+    in_use = ember_driver.stats(0).bytes_in_use
+    assert shown["memory_allocated"](0) == torch.privateuseone.memory_allocated(0) == in_use
+    assert shown["memory_reserved"](0) == torch.privateuseone.memory_reserved(0) == in_use
+    assert shown["max_memory_allocated"]() >= in_use
+    del storage
+    assert shown["memory_allocated"]() == 0
+    assert torch.privateuseone.get_allocator_backend() == "driver"
+
+
+def test_chapter_01s_bad_fork_answer_as_shown(chapter01: builder.Build) -> None:
+    shown = _shown_version(("history/01_allocator", "bad_fork.v1"))
+    assert shown["_is_in_bad_fork"]() is False
+    assert torch.privateuseone._is_in_bad_fork() is False  # no fork guard in chapter 01's backend
 
 
 def test_memory_allocated_follows_the_driver(chapter01: builder.Build) -> None:

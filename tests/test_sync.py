@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from book import sync
+from book import pycells, sync
 from book.cells import chapter_paths, parts_before, split_magic
 
 
@@ -124,3 +124,98 @@ def test_an_edited_earlier_version_is_reported(tmp_path):
     assert problems[0].startswith(
         "03_fallback.ipynb[cpu_fallback] differs from extension/history/03_fallback.cpp:"
     )
+
+
+# -- the package's Python: `%%py NAME` cells --------------------------------------------------
+
+
+def edit_py_cell(path: Path, name: str, edit) -> None:
+    """Edit the first `%%py NAME` cell of a notebook copy."""
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        parsed = pycells.parse_magic(source) if cell["cell_type"] == "code" else None
+        if parsed is not None and parsed[0] == name:
+            cell["source"] = edit(source)
+            path.write_text(json.dumps(notebook))
+            return
+    raise AssertionError(f"{path} has no %%py {name} cell")
+
+
+def test_the_chapters_show_the_packages_python():
+    # Guard against a vacuous pass: the chapters show the device module's Python, and the
+    # check covers it (test_chapters_match_the_extension passes only if every cell matches).
+    placed = {(part.origin, place) for part, place in sync.python_placements(pycells.chapter_parts())}
+    assert ("01_allocator.ipynb[devices]", ("package", "devices")) in placed
+    assert ("01_allocator.ipynb[memory]", ("history/01_allocator", "memory.v1")) in placed
+    assert ("09_device_guard.ipynb[memory]", ("package", "memory")) in placed
+    assert ("07_autocast.ipynb[amp]", ("package", "amp")) in placed
+    assert sync.python_problems() == []
+
+
+def test_an_edited_python_cell_is_reported(tmp_path):
+    copies = copy_chapters(tmp_path)
+    chapter07 = next(p for p in copies if p.stem == "07_autocast")
+    edit_py_cell(chapter07, "amp", lambda s: s.replace("torch.bfloat16]", "torch.bfloat16, torch.float32]"))
+    problems = sync.python_problems(notebooks=copies)
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "07_autocast.ipynb[amp] differs from extension/torch_ember/device_module/mixed_precision.py:"
+    )
+    assert "+    return [torch.float16, torch.bfloat16, torch.float32]" in problems[0]
+    assert problems[0] in sync.problems(notebooks=copies)  # what `python -m book.sync --check` reports
+
+
+def test_an_edited_earlier_python_version_is_reported_against_history(tmp_path):
+    copies = copy_chapters(tmp_path)
+    chapter01 = next(p for p in copies if p.stem == "01_allocator")
+    edit_py_cell(chapter01, "memory", lambda s: s.replace("bytes_in_use", "bytes_used", 1))
+    problems = sync.python_problems(notebooks=copies)
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "01_allocator.ipynb[memory] differs from extension/history/01_allocator.py:"
+    )
+
+
+def test_a_python_region_no_chapter_shows_is_reported(tmp_path):
+    copies = copy_chapters(tmp_path)
+    chapter07 = next(p for p in copies if p.stem == "07_autocast")
+    edit_py_cell(chapter07, "amp", lambda s: s.replace("%%py amp", "%%py renamed_amp", 1))
+    problems = sync.python_problems(notebooks=copies)
+    assert any("07_autocast.ipynb[renamed_amp]: no Python region" in p for p in problems)
+    assert any(
+        "mixed_precision.py:" in p and "region 'amp' is not shown by any chapter" in p for p in problems
+    )
+
+
+def test_write_restores_an_edited_python_cell(tmp_path):
+    copies = copy_chapters(tmp_path)
+    chapter09 = next(p for p in copies if p.stem == "09_device_guard")
+    edit_py_cell(chapter09, "streams", lambda s: s + "\n# stray edit")
+    assert sync.python_problems(notebooks=copies)
+    assert chapter09 in sync.write(notebooks=copies)
+    assert sync.python_problems(notebooks=copies) == []
+
+
+def test_python_region_markers(tmp_path):
+    source = tmp_path / "ok.py"
+    source.write_text("import x\n# ember-book: begin a\ndef f():\n    pass\n\n\n# ember-book: end a\n")
+    (region,) = sync.regions_in_file(source)
+    assert (region.name, region.line, region.text) == ("a", 2, "def f():\n    pass\n")
+    # A C++ marker in a Python file (or the reverse) is no marker.
+    source.write_text("// ember-book: begin a\n")
+    assert sync.regions_in_file(source) == []
+
+
+def test_a_python_cell_run_as_shown_prints_nothing_and_an_edited_one_a_note():
+    (part, *_) = [p for p in pycells.chapter_parts() if p.chapter == "07_autocast" and p.name == "amp"]
+    assert pycells.edit_note("07_autocast", "amp", part.source) is None
+    note = pycells.edit_note("07_autocast", "amp", part.source + "# edited\n")
+    assert note is not None and "changes nothing" in note
+
+
+def test_no_function_of_the_package_is_defined_twice():
+    # One definition per name: revised versions live in extension/history, not next to the latest.
+    package = sync.EXTENSION / "torch_ember"
+    for path in package.rglob("*.py"):
+        assert "noqa: F811" not in path.read_text(), path

@@ -2,8 +2,8 @@
 
 `import torch_ember` loads the compiled backend (`torch_ember._C`: allocator,
 device guard and kernels register themselves when it loads), names the
-PrivateUse1 device "ember", registers the device module (`device_module.py`) as
-`torch.ember` and adds `Tensor.ember()`, `Tensor.is_ember`, `Module.ember()` and the
+PrivateUse1 device "ember", registers the device module (the package
+`device_module/`) as `torch.ember` and adds `Tensor.ember()`, `Tensor.is_ember`, `Module.ember()` and the
 storage methods. After that, `torch.ones(2, device="ember")` works.
 
 Installed, the package also loads itself on `import torch`: it declares a
