@@ -52,7 +52,12 @@ def link_flags() -> list[str]:
     return ["-fuse-ld=gold"] if shutil.which("ld.gold") else []
 
 
-DRIVER_SOURCES = ["driver/ember_driver.cpp"]
+DRIVER = CSRC / "driver"
+
+
+def driver_files() -> list[Path]:
+    """The driver's sources: its public header, its private one and one .cpp per area (sorted)."""
+    return sorted(p for p in DRIVER.iterdir() if p.suffix in (".cpp", ".h"))
 
 
 def _digest(*chunks: str | bytes) -> str:
@@ -246,20 +251,35 @@ def _precompile(target: Path, autograd: bool) -> None:
 
 @cache
 def driver_library() -> Path:
-    """Build (once) libember_driver.so, the simulated device driver (book.driver loads it)."""
-    sources = [CSRC / s for s in DRIVER_SOURCES]
-    headers = sorted((CSRC / "driver").glob("*.h"))
-    key = _digest(toolchain_key(), *(p.read_text() for p in sources + headers))
-    return compile_once(
-        cache_dir() / "driver" / key / "libember_driver.so",
-        lambda partial: (
-            ["c++", "-std=c++17", "-O2", "-fPIC", "-shared", f"-I{CSRC}"]
-            + [str(s) for s in sources]
-            + ["-o", str(partial)]
-        ),
-        "building the ember driver",
-        "built the ember driver",
-    )
+    """Build (once) libember_driver.so, the simulated device driver (book.driver loads it).
+
+    Content-addressed by every file of the driver (names and texts), so adding,
+    renaming or editing one rebuilds it. Its translation units (one per area)
+    compile side by side, then link.
+    """
+    files = driver_files()
+    key = _digest(toolchain_key(), *(f"{p.name}\n{p.read_text()}" for p in files))
+    output = cache_dir() / "driver" / key / "libember_driver.so"
+    objects = output.parent / f"objects.{os.getpid()}"  # this process's, as compile_once's partial file
+
+    def compile_object(source: Path) -> Path:
+        target = objects / f"{source.stem}.o"
+        command = ["c++", "-std=c++17", "-O2", "-fPIC", f"-I{CSRC}", "-c", str(source), "-o", str(target)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"building the ember driver failed:\n{result.stderr[-4000:]}")
+        return target
+
+    def link(partial: Path) -> list[str]:
+        objects.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            built = list(pool.map(compile_object, [p for p in files if p.suffix == ".cpp"]))
+        return ["c++", "-shared", *map(str, built), "-o", str(partial)]
+
+    try:
+        return compile_once(output, link, "building the ember driver", "built the ember driver")
+    finally:
+        shutil.rmtree(objects, ignore_errors=True)
 
 
 def clean_cache() -> None:

@@ -17,15 +17,14 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 
-# The driver's stand-alone smoke test has its own main(); everything else is
-# part of the backend. Globbing picks up the files later chapters add.
-EXCLUDED = {"driver/ember_driver_selftest.cpp"}
 
-
+# Every C++ file under csrc is part of the backend, the driver's one file per
+# area included (its self-test lives with the tests, in tests/extension/driver).
+# Globbing picks up the files later chapters add.
 def sources() -> list[str]:
     found = sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cpp"))
     # setuptools wants source paths relative to setup.py.
-    return [f"csrc/{name}" for name in found if name not in EXCLUDED]
+    return [f"csrc/{name}" for name in found]
 
 
 class BuildPy(build_py):

@@ -1,6 +1,6 @@
 """The driver's costs, measured: `python extension/bench/driver_bench.py`.
 
-Builds driver_bench.cpp with the driver's source into a temporary directory and runs it:
+Builds driver_bench.cpp with the driver's sources into a temporary directory and runs it:
 the old design's mprotect pair on a populated 4 MiB region against the launch cost now,
 a 1M-float add on the host and as an ember kernel, and 64 MiB copies against a host memcpy.
 Then driver_stream_bench.cpp: launch overhead on the default stream and on a created one,
@@ -24,10 +24,10 @@ DRIVER = HERE.parent / "csrc" / "driver"
 
 
 def run_driver_bench(bench: str = "driver_bench") -> str:
-    """Builds HERE/<bench>.cpp with the driver's source and returns what it prints."""
+    """Builds HERE/<bench>.cpp with the driver's sources (one .cpp per area) and returns what it prints."""
     with tempfile.TemporaryDirectory() as tmp:
         program = Path(tmp) / bench
-        sources = [HERE / f"{bench}.cpp", DRIVER / "ember_driver.cpp"]
+        sources = [HERE / f"{bench}.cpp", *sorted(DRIVER.glob("*.cpp"))]
         subprocess.run(
             ["c++", "-std=c++17", "-O3", "-pthread", f"-I{DRIVER}", *map(str, sources), "-o", str(program)],
             check=True,

@@ -12,6 +12,13 @@
 // Work is ordered on streams (in-order queues, each run by a worker thread,
 // started when the stream first gets asynchronous work): see "Streams" at the
 // end of this file.
+//
+// This header is the driver's whole public face: code above the driver
+// (csrc/runtime, csrc/aten, the book) includes it and nothing else from this
+// folder. The implementation is one file per area, named after it (device,
+// memory, launch, stream, event, tracer; error and fork), sharing state
+// through the private internal.h. Its test, a plain C++ program, is
+// tests/extension/driver/.
 #pragma once
 
 #include <stddef.h>

@@ -1,0 +1,332 @@
+// What the driver's own files share, and nobody else may include: the state
+// behind the C API of ember_driver.h (device memory, streams, sync events) and
+// the helpers every entry point uses (error detail, exception translation).
+// The public header is the contract; this one can change with any commit.
+//
+// One file per area, each implementing part of the C API:
+//   error.cpp   emGetErrorString/Detail; the thread's error detail
+//   device.cpp  devices, the current device, emDeviceSynchronize
+//   memory.cpp  the double-mapped device memory, allocations, copies, stats
+//   launch.cpp  kernels (emLaunchKernel, emGetKernelOffset)
+//   stream.cpp  streams, their worker threads, asynchronous work
+//   event.cpp   sync events (record, wait, query, elapsed time)
+//   tracer.cpp  the event callback (emSetEventCallback) that tools watch
+//   fork.cpp    fork(): the child gets device memory of its own
+//
+// Two locks, never held by user code: State::mutex (then ranges_mutex) for
+// memory, Scheduler::mutex for streams and events. Where both are taken
+// (fork), the scheduler's comes first.
+#pragma once
+
+#include "ember_driver.h"
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <system_error>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace ember::driver::detail {
+
+constexpr int kNumDevices = 2;
+
+// ---------------------------------------------------------------------------
+// Errors (error.cpp).
+
+// Clears this thread's error detail (a call that succeeds says nothing stale).
+void clear_detail();
+// Returns `code` and keeps the formatted text for emGetErrorDetail.
+__attribute__((format(printf, 2, 3))) emError_t fail(emError_t code,
+                                                      const char* format,
+                                                      ...);
+// The one place that says what is wrong with a device index: every layer above
+// (the device guard, the hooks, the Python device module) reports this text.
+emError_t invalid_device(int device);
+
+// No C++ exception may cross the C API. The driver's own bookkeeping can only
+// throw std::bad_alloc, and running out of host memory is what
+// emErrorMemoryAllocation means anyway.
+template <typename Fn>
+emError_t translate_exceptions(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return emErrorMemoryAllocation;
+  } catch (const std::system_error& e) { // a worker thread did not start
+    return fail(emErrorMemoryAllocation, "cannot start a stream worker: %s",
+                e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Devices (device.cpp). Inline: read on every launch and allocation, and a
+// constant-initialized inline thread_local needs no per-access TLS wrapper.
+
+inline thread_local int current_device = 0;
+
+inline bool valid_device(int device) {
+  return device >= 0 && device < kNumDevices;
+}
+
+// ---------------------------------------------------------------------------
+// Device memory (memory.cpp; fork.cpp remaps it in a forked child).
+
+// The address space of all devices: two views of every device's memfd.
+struct Region {
+  size_t capacity = 0;  // per device, whole pages
+  char* base = nullptr; // the inaccessible view; nullptr if setup failed
+  ptrdiff_t offset = 0; // read/write view minus inaccessible view
+  std::array<int, kNumDevices> fds{};
+
+  char* device_base(int device) const {
+    return base + static_cast<size_t>(device) * capacity;
+  }
+  size_t span() const { return 2 * kNumDevices * capacity; }
+  bool contains(uintptr_t p, size_t count) const {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(base);
+    return base != nullptr && p < lo + span() && p + count > lo;
+  }
+};
+
+// Maps device `device`'s file `fd` into both views (MAP_FIXED replaces
+// whatever was there: the reservation, or an inherited mapping after fork).
+bool map_views(const Region& r, int device, int fd);
+// A new, sparse memfd of `capacity` bytes for `device`; -1 on failure.
+int new_device_file(int device, size_t capacity);
+
+// The free ranges of one device, as byte offsets into its file.
+struct FreeList {
+  std::map<size_t, size_t> ranges; // begin -> length, disjoint, coalesced
+
+  // First fit. Returns false if no free range holds `length` bytes.
+  bool take(size_t length, size_t* begin);
+  void give_back(size_t begin, size_t length);
+};
+
+// One device allocation: a page-aligned range of its device's file. The
+// registry holds one reference; a copy or kernel using it holds another, so
+// an emFree racing with the work cannot hand the range to a new allocation
+// (or punch its pages) before the work ends. The last reference returns the
+// range, through the destructor.
+struct Allocation {
+  Allocation(int device, size_t size, size_t mapped_size, size_t file_offset,
+             char* base)
+      : device(device),
+        size(size),
+        mapped_size(mapped_size),
+        file_offset(file_offset),
+        base(base) {}
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  ~Allocation();
+
+  uintptr_t begin() const { return reinterpret_cast<uintptr_t>(base); }
+  uintptr_t end() const { return begin() + size; }
+
+  const int device;
+  const size_t size;        // as requested by the caller
+  const size_t mapped_size; // size rounded up to whole pages
+  const size_t file_offset; // where the range starts in the device's file
+  char* const base;         // device address (inaccessible view)
+};
+using AllocationPtr = std::shared_ptr<Allocation>;
+
+struct State {
+  State();
+
+  // Fixed once constructed, and read without a lock; only a forked child
+  // (single-threaded then) replaces the device files, in after_fork_child.
+  Region region;
+
+  // Guards allocations and stats. Lock order: mutex, then ranges_mutex.
+  std::mutex mutex;
+  // Live allocations keyed by base address, ordered so that the allocation
+  // containing an interior pointer is found with upper_bound.
+  std::map<uintptr_t, AllocationPtr> allocations;
+  std::array<emMemStats, kNumDevices> stats{};
+
+  // Guards free_lists. Separate from `mutex` because the last reference to an
+  // allocation may go anywhere, and ~Allocation must not care which locks its
+  // caller holds.
+  std::mutex ranges_mutex;
+  std::array<FreeList, kNumDevices> free_lists;
+};
+
+// The memory state, made on first use (which also installs the fork handlers
+// of fork.cpp). Never destroyed.
+State& state();
+
+inline uintptr_t addr(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr);
+}
+
+// The live allocation that contains all of [p, p + count) (with count == 0:
+// that contains p), or nullptr. Caller holds State::mutex.
+AllocationPtr find_allocation(uintptr_t p, size_t count = 0);
+
+// Where the driver itself reads and writes device address p.
+template <typename T>
+T* accessible(T* p) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) +
+                              state().region.offset);
+}
+
+// Validates a copy (emMemcpy, emMemcpyAsync). On success with count > 0,
+// `allocs` holds the device side(s), destination first; the references keep
+// the ranges from reuse until the caller drops them.
+emError_t check_copy(void* dst, const void* src, size_t count,
+                     emMemcpyKind kind, std::vector<AllocationPtr>& allocs);
+// The addresses a copy of `kind` really writes and reads (device sides
+// through the read/write view).
+void* copy_target(void* dst, emMemcpyKind kind);
+const void* copy_source(const void* src, emMemcpyKind kind);
+
+// ---------------------------------------------------------------------------
+// Kernels (launch.cpp). True on the thread running a kernel's fn (nested
+// launches included): waiting calls refuse there, and host work inside a
+// kernel runs at once.
+
+inline thread_local int kernel_depth = 0;
+
+// ---------------------------------------------------------------------------
+// Streams (stream.cpp) and sync events (event.cpp).
+
+using Clock = std::chrono::steady_clock;
+
+struct SyncEvent {
+  SyncEvent(emSyncEvent_t id, int device, unsigned int flags)
+      : id(id), device(device), timing(!(flags & emSyncEventDisableTiming)) {}
+  const emSyncEvent_t id;
+  const int device;
+  const bool timing;
+  // Generations: `recorded` counts emSyncEventRecord calls; `completed` is
+  // the newest generation a worker (or an idle stream, at once) has reached,
+  // at `time`. Query, synchronize and waits look at the generation that was
+  // the latest when they were called.
+  uint64_t recorded = 0;
+  uint64_t completed = 0;
+  Clock::time_point time{};
+};
+using SyncEventPtr = std::shared_ptr<SyncEvent>;
+
+struct Op {
+  enum Kind { kCopy, kSleep, kRecord, kWait } kind = kCopy;
+  uint64_t seq = 0; // position in its stream, from 1
+  // kCopy
+  void* to = nullptr;
+  const void* from = nullptr;
+  size_t count = 0;
+  std::vector<AllocationPtr> allocs; // keeps freed ranges from reuse
+  // kSleep
+  uint64_t microseconds = 0;
+  // kRecord, kWait
+  SyncEventPtr event;
+  uint64_t generation = 0;
+};
+
+struct Stream {
+  Stream(int device, emStream_t id) : device(device), id(id) {}
+  const int device;
+  const emStream_t id;
+  std::deque<Op> queue; // waiting ops; the front may be an unmet kWait
+  uint64_t enqueued = 0; // seq of the latest op queued
+  uint64_t done = 0;     // seq of the latest op finished (in order)
+  bool running = false;  // the worker has popped an op and runs it
+  int host_holds = 0;    // kernels / copies running on host threads
+  bool has_worker = false;
+  std::condition_variable work; // the worker waits here for runnable work
+
+  bool idle() const { return queue.empty() && !running && host_holds == 0; }
+};
+
+struct Scheduler {
+  std::mutex mutex;
+  std::condition_variable progress; // an op finished, or a hold ended
+  // Streams are never destroyed, so Stream* stays valid: the thread-local
+  // current streams and the workers keep raw pointers.
+  std::array<std::vector<Stream*>, kNumDevices> streams; // [0]: default
+  std::unordered_map<emStream_t, Stream*> by_id;         // created streams
+  emStream_t next_stream = 1;
+  std::unordered_map<emSyncEvent_t, SyncEventPtr> events;
+  emSyncEvent_t next_event = 1;
+  // Set in a forked child: workers are started on its first stream call.
+  bool restart_workers = false;
+
+  Scheduler();
+};
+
+// The stream and event state, made on first use. Never destroyed.
+Scheduler& scheduler();
+
+// Locks the scheduler; in a forked child, the first lock restarts workers
+// for the work it inherited.
+std::unique_lock<std::mutex> lock_scheduler();
+
+// The rest: caller holds the scheduler mutex, except for current_stream_of.
+
+// Finds stream (device, id), or fails with the detail saying why.
+emError_t find_stream(int device, emStream_t id, Stream** out);
+// The calling thread's current stream on `device` (valid).
+Stream* current_stream_of(int device);
+// Queues `op` on `s` and wakes its worker (starting it: may throw
+// std::system_error).
+void enqueue(Stream* s, Op op);
+// Something finished: wake host waiters, and the workers whose stream waits
+// at an event.
+void notify_progress();
+// The error of a wait (synchronize) called inside a kernel.
+emError_t no_wait_in_kernel(const char* call);
+
+// Finds sync event `id`, or fails with the detail.
+emError_t find_event(emSyncEvent_t id, SyncEventPtr* out);
+// Marks `generation` of the event completed, now.
+void complete_record(SyncEvent& event, uint64_t generation);
+
+// Host work in stream order: waits until the streams' earlier work is done,
+// then holds them (their workers start nothing queued later) until destroyed.
+// Inside a kernel it does nothing: the enclosing launch already waited and
+// holds. Kernels (launch.cpp) and synchronous copies (memory.cpp) use it.
+class HostWork {
+ public:
+  HostWork(Stream* a, Stream* b);
+  ~HostWork();
+  HostWork(const HostWork&) = delete;
+  HostWork& operator=(const HostWork&) = delete;
+
+ private:
+  std::array<Stream*, 2> streams_{};
+};
+
+// fork() (fork.cpp): the scheduler's part, run before the memory locks are
+// taken and after they are released.
+void scheduler_before_fork();
+void scheduler_after_fork_parent();
+void scheduler_after_fork_child();
+// Registers fork.cpp's handlers with pthread_atfork (once, from state()).
+void install_fork_handlers();
+
+// ---------------------------------------------------------------------------
+// The event callback (tracer.cpp).
+
+// Whether `kind` is reported (emSetEventKindEnabled).
+bool kind_enabled(emEventKind kind);
+// Reports `event` to the installed callback, if its kind is enabled. Call it
+// with no driver lock held: the callback may call back into the driver.
+void notify(const emEvent& event);
+// An event of `kind` with the common fields set, the others zero (-1 for
+// peer_device).
+emEvent make_event(emEventKind kind, int device, size_t bytes,
+                   const void* ptr);
+// Guards the callback; fork.cpp holds it across fork().
+std::mutex& callback_mutex();
+
+} // namespace ember::driver::detail
