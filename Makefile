@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest -p no:cacheprovider -p no:anyio
 RUFF := $(VENV)/bin/ruff
 RUFF_ARGS := --line-length 110 --target-version py311
-EXTENSION_SOURCES := $(shell find extension -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.toml' \) -not -path '*/build/*' -not -path '*.egg-info/*')
+EXTENSION_SOURCES := $(shell find extension -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.toml' \) -not -path '*/build/*' -not -path '*.egg-info/*' -not -path 'extension/conformance/*')
 
 .PHONY: book test setup extension lint sync-check execute bench conformance lab clean
 
@@ -70,7 +70,7 @@ bench: setup extension
 # After a kernel change: sweep PyTorch's OpInfo database again (ember against the CPU) and rewrite the
 # summary chapter 12 reads and the strict expected-failures file the package's tests check.
 conformance: setup extension
-	$(PY) tests/extension/opinfo_sweep.py --json tests/extension/opinfo_summary.json --write-expected tests/extension/opinfo_expected_failures.toml
+	$(PY) extension/conformance --json extension/conformance/opinfo_summary.json --write-expected extension/conformance/opinfo_expected_failures.toml
 
 # JupyterLab for a reader: `make lab [PORT=8890] [IP=0.0.0.0] [LAB_ARGS="..."]`. It needs the installed
 # package (chapters 11 and 12 import torch_ember; the chapters' kernels still build their own backend,

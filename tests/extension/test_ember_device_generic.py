@@ -14,7 +14,6 @@ and ModuleInfo instead of the subsets.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import sys
 import unittest
@@ -28,20 +27,14 @@ from torch.testing._internal.common_modules import module_db, modules
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_map
 
+EXTENSION = Path(__file__).resolve().parents[2] / "extension"
+if str(EXTENSION) not in sys.path:
+    sys.path.append(str(EXTENSION))  # appended: the installed torch_ember stays the one imported
+
+# The conformance sweep's judgement of which ops draw random numbers or return uninitialized memory.
+from conformance import compare  # noqa: E402
+
 FULL = os.environ.get("EMBER_FULL_SWEEP") == "1"
-
-
-def _load_sweep() -> Any:
-    # The OpInfo sweep's helpers (which ops draw random numbers, which return uninitialized memory).
-    spec = importlib.util.spec_from_file_location("opinfo_sweep", Path(__file__).with_name("opinfo_sweep.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _load_sweep()
 
 # A cross-section of op_db: elementwise unary and binary ops, reductions, shape and indexing ops,
 # matrix products, normalizations and losses; each from a different family of kernels.
@@ -62,7 +55,7 @@ SAMPLES = 3  # per op and dtype
 # Ops these tests cannot judge (only EMBER_FULL_SWEEP=1 reaches them): as_strided and its kin read the
 # storage around a view, which neither a non-contiguous copy nor a copy to the CPU preserves, and
 # view_as_complex refuses a last dimension with a stride other than 1, on every device. Sparse layouts
-# are not supported on ember (see opinfo_expected_failures.toml).
+# are not supported on ember (see extension/conformance/opinfo_expected_failures.toml).
 LAYOUT_DEPENDENT = {
     "as_strided",
     "as_strided_copy",
@@ -100,7 +93,7 @@ def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _values_comparable(op: Any, cpu_sample: Any) -> bool:
     """False for ops whose values cannot agree: random draws (ember's generator is not the CPU's) and
     uninitialized memory (empty and its kin). Their shapes and dtypes are compared instead."""
-    return op.name not in sweep.UNINITIALIZED_OUTPUTS and not sweep._draws_random(op, cpu_sample)
+    return op.name not in compare.UNINITIALIZED_OUTPUTS and not compare.draws_random(op, cpu_sample)
 
 
 def _shapes(value: Any) -> Any:

@@ -1,79 +1,55 @@
-"""ember against the CPU over PyTorch's OpInfo database (the sweep is opinfo_sweep.py).
+"""ember against the CPU over PyTorch's OpInfo database (the sweep: extension/conformance).
 
 The sweep runs once per session, in worker processes (a crash is counted, not fatal). The targets of
 issue 8: at least 99 % of (op, dtype) forward pairs and 97 % of float64 backward ops equal the CPU's,
-no crash, and every failure listed with its reason in opinfo_expected_failures.toml; a listed failure
-that passes is an error too (strict), so the list cannot go stale. EMBER_FULL_SWEEP=1 runs more samples
-per pair. EMBER_OPINFO_JSON=PATH also writes the summary there.
+no crash, and every failure listed with its reason in extension/conformance/opinfo_expected_failures.toml;
+a listed failure that passes is an error too (strict), so the list cannot go stale, and so is a committed
+summary (extension/conformance/opinfo_summary.json) that is not what the sweep finds. EMBER_FULL_SWEEP=1
+runs more samples per pair. EMBER_OPINFO_JSON=PATH also writes the summary there.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
-import tomllib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-EXPECTED_FILE = HERE / "opinfo_expected_failures.toml"
-SUMMARY_FILE = HERE / "opinfo_summary.json"
+EXTENSION = Path(__file__).resolve().parents[2] / "extension"
+if str(EXTENSION) not in sys.path:
+    sys.path.append(str(EXTENSION))  # appended: the installed torch_ember stays the one imported
+
+from conformance import compare, reasons, report, run  # noqa: E402
+
 FORWARD_TARGET = 99.0
 BACKWARD_TARGET = 97.0
 
 
-def _load_sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("opinfo_sweep", HERE / "opinfo_sweep.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _load_sweep()
-
-
-def load_expected(path: Path = EXPECTED_FILE) -> dict[str, str]:
-    """Unit key ("forward OP DTYPE" / "backward OP float64") -> the reason it is expected to fail."""
-    table = tomllib.loads(path.read_text(encoding="utf-8"))
-    expected: dict[str, str] = {}
-    for reason, entry in table.items():
-        assert isinstance(entry.get("why"), str) and entry["why"].strip(), f"[{reason}] needs a `why`"
-        keys = [sweep.unit_key("forward", *pair.split(" ")) for pair in entry.get("forward", [])]
-        keys += [sweep.unit_key("backward", op, sweep.BACKWARD_DTYPE) for op in entry.get("backward", [])]
-        for key in keys:
-            assert key not in expected, f"{key} listed twice ([{expected.get(key)}] and [{reason}])"
-            expected[key] = reason
-    return expected
-
-
 @pytest.fixture(scope="session")
 def summary() -> dict[str, Any]:
-    data = sweep.run_sweep(sweep.default_samples()).to_json()
+    data = report.summary_json(run.run_sweep(run.default_samples()))
     out = os.environ.get("EMBER_OPINFO_JSON")
     if out:
-        Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    sweep._print_summary(data)
+        report.write_summary(data, Path(out))
+    report.print_summary(data)
     return data
 
 
 @pytest.fixture(scope="session")
 def expected() -> dict[str, str]:
-    return load_expected()
+    return reasons.load_expected()
 
 
 def test_expected_failures_file_is_well_formed(expected: dict[str, str]) -> None:
     assert expected, "the expected-failures file lists nothing"
-    for key in expected:
+    for key, reason in expected.items():
         kind, _op, dtype = key.split(" ")
         assert kind in ("forward", "backward")
-        assert dtype in sweep.FORWARD_DTYPES, key
+        assert dtype in compare.FORWARD_DTYPES, key
+        assert reason in reasons.REASONS, f"[{reason}] is not one of the REASONS the file is written from"
 
 
 def test_no_crashes(summary: dict[str, Any]) -> None:
@@ -97,14 +73,14 @@ def test_every_failure_is_expected(summary: dict[str, Any], expected: dict[str, 
     unexpected = {k: v for k, v in summary["failures"].items() if k not in expected}
     assert not unexpected, (
         "new failures (fix them, or list them with a reason in "
-        + EXPECTED_FILE.name
+        + reasons.EXPECTED_FILE.name
         + "):\n"
         + ("\n".join(f"{k}: {v}" for k, v in sorted(unexpected.items())))
     )
 
 
 def test_expected_failures_still_fail(summary: dict[str, Any], expected: dict[str, str]) -> None:
-    if sweep.default_samples() != sweep.CI_SAMPLES:
+    if run.default_samples() != run.CI_SAMPLES:
         pytest.skip("the list is checked against the CI sample count")  # more samples can only fail more
     passing = sorted(key for key in expected if key not in summary["failures"])
     assert not passing, "listed as expected failures but pass now (remove them from the list):\n" + "\n".join(
@@ -112,11 +88,23 @@ def test_expected_failures_still_fail(summary: dict[str, Any], expected: dict[st
     )
 
 
+def test_expected_failures_are_listed_under_their_reason(
+    summary: dict[str, Any], expected: dict[str, str]
+) -> None:
+    """The file is what `--write-expected` writes: each failure under the reason its error matches."""
+    misplaced = {
+        key: (reason, reasons.classify(key, summary["failures"][key]))
+        for key, reason in expected.items()
+        if key in summary["failures"] and reasons.classify(key, summary["failures"][key]) != reason
+    }
+    assert not misplaced, f"listed under another reason than their error's (listed, matched): {misplaced}"
+
+
 def test_a_crashing_worker_is_counted_and_the_chunk_goes_on() -> None:
     """A worker that dies (here: aborts on purpose at one unit) costs that unit only."""
-    aborted = sweep.unit_key("forward", "abs", "float64")
-    env = {sweep.ONLY_ENV: "abs,neg", sweep.ABORT_ENV: aborted}
-    result = sweep.run_sweep(1, chunks=1, parallel=1, env=env).to_json()
+    aborted = reasons.unit_key("forward", "abs", "float64")
+    env = {run.ONLY_ENV: "abs,neg", run.ABORT_ENV: aborted}
+    result = report.summary_json(run.run_sweep(1, chunks=1, parallel=1, env=env))
     assert result["crashes"] == 1
     assert result["failures"] == {aborted: "worker process: exit code -6"}  # SIGABRT
     # The units after the crash ran in a new worker: abs in int64, and all of neg.
@@ -125,13 +113,9 @@ def test_a_crashing_worker_is_counted_and_the_chunk_goes_on() -> None:
 
 
 def test_checked_in_summary_is_current(summary: dict[str, Any]) -> None:
-    """Chapter 12 shows opinfo_summary.json: its counts must be this sweep's."""
-    if sweep.default_samples() != sweep.CI_SAMPLES:
+    """Chapter 12 shows opinfo_summary.json: every field must be this sweep's (it holds no timings)."""
+    if run.default_samples() != run.CI_SAMPLES:
         pytest.skip("the checked-in summary is the CI sweep's")
-    saved = json.loads(SUMMARY_FILE.read_text(encoding="utf-8"))
-    fields = ("forward", "backward", "crashes", "failures", "samples_per_pair", "metadata_only_ops")
-    stale = [f for f in fields if saved.get(f) != summary[f]]
-    assert not stale, (
-        f"{SUMMARY_FILE.name} is stale in {stale}: regenerate it with "
-        f"`python tests/extension/opinfo_sweep.py --json tests/extension/{SUMMARY_FILE.name}`"
-    )
+    saved = json.loads(report.SUMMARY_FILE.read_text(encoding="utf-8"))
+    stale = sorted(f for f in saved.keys() | summary.keys() if saved.get(f) != summary.get(f))
+    assert not stale, f"{report.SUMMARY_FILE.name} is stale in {stale}: regenerate it with `make conformance`"
