@@ -18,7 +18,7 @@ import pytest
 
 from book import sync
 from book.chapter import Chapter
-from book.paths import REPO
+from book.paths import CSRC, REPO
 
 CHILD = textwrap.dedent(
     """
@@ -133,6 +133,63 @@ CHILD = textwrap.dedent(
         scaler.update()
         steps.append([not torch.equal(before, model.weight.detach()), scaler.get_scale()])
     facts["steps"] = steps
+
+    # mse_loss warns nothing and equals the CPU's (chapter 03's fallback runs the functional kernel)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x, y = torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g)
+        losses = {}
+        for name in ("mse_loss", "smooth_l1_loss"):
+            loss = getattr(torch.nn.functional, name)
+            for reduction in ("mean", "sum", "none"):
+                losses[f"{name} {reduction}"] = torch.equal(
+                    loss(x.to(E), y.to(E), reduction=reduction).cpu(), loss(x, y, reduction=reduction)
+                )
+        with torch.autocast(device_type=E):
+            h = ae @ be
+            losses["autocast mse_loss"] = str(torch.nn.functional.mse_loss(h, torch.zeros_like(h)).dtype)
+    facts["losses"] = losses
+    facts["loss_warnings"] = [str(w.message) for w in caught]
+
+    # attention: ember's choice, its kernel, the math path and the CPU
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    qe, ke, ve = q.to(E), k.to(E), v.to(E)
+    facts["sdpa_choice"] = torch._fused_sdp_choice(qe, ke, ve)
+    with sdpa_kernel(SDPBackend.MATH):
+        facts["sdpa_choice_math"] = torch._fused_sdp_choice(qe, ke, ve)
+    facts["sdpa_choice_3d"] = torch._fused_sdp_choice(qe[0], ke[0], ve[0])
+
+    def attend(device, math=False, autocast=False):
+        leaves = [t.to(device, copy=True).requires_grad_() for t in (q, k, v)]
+        fused = [SDPBackend.OVERRIDEABLE, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+        with sdpa_kernel([SDPBackend.MATH] if math else fused), torch.autocast(E, enabled=autocast):
+            out = sdpa(*leaves, is_causal=True)
+        out.float().pow(2).sum().backward()
+        return [out.grad_fn.name(), str(out.dtype)], [out.detach().cpu()] + [t.grad.cpu() for t in leaves]
+
+    def error(results, reference):
+        return max(((r.float() - e).abs().max() / e.abs().max()).item() for r, e in zip(results, reference))
+
+    _, cpu = attend("cpu")
+    for autocast in (False, True):
+        (name, dtype), kernel = attend(E, autocast=autocast)
+        (math_name, _), math = attend(E, math=True, autocast=autocast)
+        facts[f"sdpa autocast={autocast}"] = {
+            "grad_fn": name, "dtype": dtype, "math_grad_fn": math_name,
+            "vs_math": error(kernel, math), "vs_cpu": error(kernel, cpu),
+        }
+    calls = []
+
+    def visit(items, depth):
+        for call in items:
+            calls.append((depth, call.name, call.kernel))
+            visit(call.calls, depth + 1)
+
+    visit(book.trace(lambda: sdpa(qe, ke, ve)).calls, 0)
+    facts["sdpa_trace"] = [[name, kernel] for depth, name, kernel in calls if depth <= 1]
     print("FACTS" + json.dumps(facts))
     """
 )
@@ -151,15 +208,16 @@ def facts() -> dict[str, Any]:
 
 def test_the_chapter_shows_every_autocast_and_amp_region() -> None:
     names = {part.name for part in Chapter.of(7).parts()}
-    files = {"aten/EmberAutocast.cpp", "aten/EmberAmp.cpp"}
+    files = {"aten/EmberAutocast.cpp", "aten/EmberAmp.cpp", "aten/EmberAttention.cpp"}
     regions = {
         name
         for name, region in sync.extension_regions().items()
-        if region.path.relative_to(sync.CSRC).as_posix() in files
+        if region.path.relative_to(CSRC).as_posix() in files
     }
     assert regions <= names
     assert {"autocast_fallthrough", "autocast_mm", "autocast_lists", "autocast_custom_abs"} <= regions
     assert {"amp_matmul", "amp_convolution", "amp_unscale", "amp_update_scale"} <= regions
+    assert {"sdpa_choice", "sdpa_overrideable"} <= regions
 
 
 def test_lower_precision_ops_run_in_float16(facts: dict[str, Any]) -> None:
@@ -224,3 +282,33 @@ def test_grad_scaler_kernels_refuse_bad_input_by_name(facts: dict[str, Any]) -> 
 
 def test_a_float16_step_is_skipped_after_an_overflow(facts: dict[str, Any]) -> None:
     assert facts["steps"] == [[True, 1024.0], [False, 512.0], [True, 512.0]]
+
+
+def test_mse_loss_warns_nothing_and_equals_the_cpus(facts: dict[str, Any]) -> None:
+    assert facts["loss_warnings"] == []
+    assert facts["losses"].pop("autocast mse_loss") == "torch.float32"
+    assert all(facts["losses"].values()), facts["losses"]
+
+
+def test_attention_chooses_ember_kernel_and_respects_the_callers_choice(facts: dict[str, Any]) -> None:
+    overrideable, math = 4, 0  # at::SDPBackend (ATen/SDPBackend.h)
+    assert facts["sdpa_choice"] == overrideable
+    assert facts["sdpa_choice_math"] == math
+    assert facts["sdpa_choice_3d"] == math
+    assert facts["sdpa_trace"] == [
+        ["aten::scaled_dot_product_attention", "CompositeImplicitAutograd"],
+        ["aten::_scaled_dot_product_fused_attention_overrideable", "ember kernel"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("autocast", "dtype", "tolerance"), [(False, "torch.float32", 1e-5), (True, "torch.float16", 1e-2)]
+)
+def test_attention_equals_the_math_path_and_the_cpu(
+    facts: dict[str, Any], autocast: bool, dtype: str, tolerance: float
+) -> None:
+    run = facts[f"sdpa autocast={autocast}"]
+    assert run["grad_fn"] == "ScaledDotProductFusedAttentionOverrideableBackward0"
+    assert run["math_grad_fn"] != run["grad_fn"]
+    assert run["dtype"] == dtype
+    assert run["vs_math"] <= tolerance and run["vs_cpu"] <= tolerance, run

@@ -241,8 +241,21 @@ static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
 // (isclose's arithmetic, then all, then item), each of which would fall back
 // on its own. Registered as allclose's PrivateUse1 kernel, the same fallback
 // takes precedence over that default and runs allclose as one CPU call.
+//
+// mse_loss and smooth_l1_loss need the same for another reason. Their
+// default kernel (CompositeExplicitAutogradNonFunctional) allocates the 0-dim
+// loss and calls the out= operator with it. The CPU's out= kernel first
+// treats its out= tensor as the elementwise loss, of the inputs' shape, then
+// resizes it back: it warns "An output with one or more elements was
+// resized", for the CPU's own tensors too. The CPU's functional kernels
+// allocate their own result and never warn; registered here, the fallback
+// runs them.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("allclose",
+         torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
+  m.impl("mse_loss",
+         torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
+  m.impl("smooth_l1_loss",
          torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
 }
 // ember-book: end fallback_allclose
