@@ -45,7 +45,7 @@ CHAPTER_BUILD = textwrap.dedent(
     """
     import json, sys, time
     from book import builder, preload, stable, toolchain
-    from book.cells import CppPart
+    from book.regions import CppPart
     driver = toolchain.driver_library(); toolchain.prelude_dir(); stable.library()  # warm-up, timed separately
     parts = [CppPart(*p) for p in json.loads(open(sys.argv[1]).read())]
     checks = []  # seconds of each load check (book.preload) the build ran

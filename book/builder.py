@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from book import compile_errors, preload, stable, toolchain, units
+from book import compile_errors, environment, preload, stable, toolchain, units
 from book import driver as ember_driver
-from book.cells import SESSION, CppPart
 from book.paths import CSRC, cache_dir
 from book.progress import Status
+from book.regions import CppPart
 
 # Linked into every build, as a unit of its own. Two process-wide slots point at objects the build
 # owns, which are destroyed when the build is retired: clear them in a static
@@ -118,37 +118,28 @@ def _describe(parts: list[CppPart], chapter: str) -> str:
     return f"ember backend for chapter {chapter[:2]} ({len(parts)} C++ {noun} from {source})"
 
 
-def build(
-    *exercises: str, own: bool = True, parts: list[CppPart] | None = None, chapter: str | None = None
-) -> Build:
-    """Compile (or fetch from the cache) and load this chapter's backend.
+def build(parts: list[CppPart], chapter: str | None = None) -> Build:
+    """Compile (or fetch from the cache) and load the backend made of `parts`.
 
-    ``book.build()`` builds the earlier chapters' parts and this chapter's staged
-    ones. ``book.build("exercise_x")`` adds staged exercise parts;
-    ``own=False`` leaves this chapter's own parts out. `parts`/`chapter` name an
-    exact part list instead (tests: ``Chapter.of(N).parts_through()``).
+    The builder takes parts: what a chapter's ``book.build()`` gathers (the earlier
+    chapters' parts and this chapter's staged ones) is the notebook layer's
+    (`book.cells.build`); tests hand it an exact list (``Chapter.of(N).parts_through()``).
+    `chapter` names the build (default: the last part's chapter).
     """
     global _LOADED
-    parts = SESSION.parts(exercises, own=own) if parts is None else parts
-    chapter = chapter or SESSION.chapter or (parts[-1].chapter if parts else "00")
+    chapter = chapter or (parts[-1].chapter if parts else "00")
     if not parts:
         raise ValueError("there are no %%cpp parts to build yet")
 
     linked = [*units.split(parts), epilogue_unit()]
     source = LINK_ONLY_SOURCE
-    driver = toolchain.driver_library()
+    env = environment.current()  # the toolchain, the prelude and the driver, computed once
+    driver = env.driver
     ember_driver.driver()  # loaded (RTLD_GLOBAL) before any build that links against it
     stable.library()  # PrivateUse1 hooks, registered once, before any build loads; builds plug into them
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
-    key = toolchain._digest(
-        toolchain.toolchain_key(),
-        toolchain.prelude_text(),
-        str(driver),
-        *stable.ldflags(),
-        *(unit.text for unit in linked),
-        source,
-    )
+    key = env.build_key(stable.ldflags(), [*(unit.text for unit in linked), source])
     name = f"ember_{chapter[:2]}_{key}"
     description = _describe(parts, chapter)
     if _LOADED is not None and _LOADED.name == name:
@@ -191,7 +182,7 @@ def compile_library(name: str, source: str, directory: Path, extra_ldflags: list
     as unit objects in `extra_ldflags`) and the trace probe both come through here, so they share
     flags, headers, the precompiled prelude and the linker. Returns the library's path.
     """
-    driver = toolchain.driver_library()
+    driver = environment.current().driver
     directory.mkdir(parents=True, exist_ok=True)
     with preload.compile_only():  # the caller decides when (and whether) the library is loaded
         load_inline(

@@ -1,4 +1,4 @@
-"""C++ cells: the `%%cpp NAME` magic and the parts it contributes to a build.
+"""The notebook layer: the `%%cpp NAME` magic, revisions, and what a build gathers.
 
 A chapter's C++ lives in code cells that start with ``%%cpp NAME``. Running
 such a cell stages the part NAME for the chapter's next ``book.build()``.
@@ -18,150 +18,63 @@ that is compiled into the stable library (``book/stable.py``: the PrivateUse1
 hooks, built once and never rebuilt), so running it stages nothing and no
 ``book.build()`` compiles it. The drift check still holds it byte-identical to
 its region, which must lie in the stable library's sources.
+
+Layers: parts and how they are read from the notebooks are the bottom layer's
+(`book.regions`, re-exported here for the chapters' tests); this module keeps the
+running kernel's state (`SESSION`) and hands the parts it gathers to the builder
+(`book.builder.build` takes parts and knows nothing of a session).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from book.paths import CHAPTERS
+from book import pycells
+from book.regions import (
+    EXERCISE_PREFIX,
+    MAGIC,
+    CppPart,
+    chapter_paths,
+    magic_line,
+    main_parts,
+    normalize,
+    parse_arguments,
+    parse_magic,
+    parts_before,
+    parts_in_notebook,
+    resolve,
+    shown_stable,
+    split_magic,
+    versions_through,
+)
 
-MAGIC = "cpp"
-EXERCISE_PREFIX = "exercise_"
-STABLE_FLAG = "--stable"
-_NAME = r"[A-Za-z_][\w.-]*"
-_MAGIC_ARGUMENTS = re.compile(rf"^(?:(?P<stable>{STABLE_FLAG})\s+)?(?P<name>{_NAME})$")
-_MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<arguments>.*?)\s*$")
+if TYPE_CHECKING:
+    from book.builder import Build
 
-
-@dataclass(frozen=True)
-class CppPart:
-    """One named piece of C++ shown by a chapter."""
-
-    chapter: str  # notebook stem, e.g. "02_minimal_ops"
-    name: str  # the cell's part name, e.g. "empty"
-    source: str  # the cell body, without the magic line
-    stable: bool = False  # `%%cpp --stable NAME`: shown only, compiled into the stable library
-
-    @property
-    def origin(self) -> str:
-        """How compiler messages and `registered at` locations name this part."""
-        return f"{self.chapter}.ipynb[{self.name}]"
-
-    @property
-    def is_exercise(self) -> bool:
-        return self.name.startswith(EXERCISE_PREFIX)
-
-    @property
-    def magic_line(self) -> str:
-        """The cell's first line, e.g. ``%%cpp empty`` or ``%%cpp --stable hooks``."""
-        return magic_line(self.name, self.stable)
-
-
-def magic_line(name: str, stable: bool = False) -> str:
-    return f"%%{MAGIC} {STABLE_FLAG + ' ' if stable else ''}{name}"
-
-
-def parse_arguments(line: str) -> tuple[str, bool]:
-    """(name, stable) from what follows ``%%cpp``; ValueError if it is not one name, maybe flagged."""
-    match = _MAGIC_ARGUMENTS.match(line.strip())
-    if match is None:
-        raise ValueError(f"%%{MAGIC} needs one part name, optionally after {STABLE_FLAG}; got {line!r}")
-    name, stable = match["name"], match["stable"] is not None
-    if stable and name.startswith(EXERCISE_PREFIX):
-        raise ValueError(
-            f"%%{MAGIC} {STABLE_FLAG} {name}: an exercise is built by the chapter, not shown only"
-        )
-    return name, stable
-
-
-def chapter_paths() -> list[Path]:
-    """All chapter notebooks, in book order (their file names sort that way)."""
-    return sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
-
-
-def split_magic(cell_source: str) -> tuple[str, str] | None:
-    """(name, body) if the cell is a `%%cpp [--stable] NAME` cell, else None."""
-    parsed = parse_magic(cell_source)
-    return (parsed[0], parsed[1]) if parsed else None
-
-
-def parse_magic(cell_source: str) -> tuple[str, str, bool] | None:
-    """(name, body, stable) if the cell is a `%%cpp [--stable] NAME` cell, else None."""
-    first, _, body = cell_source.partition("\n")
-    match = _MAGIC_LINE.match(first)
-    if match is None:
-        return None
-    try:
-        name, stable = parse_arguments(match["arguments"])
-    except ValueError:
-        return None
-    return name, normalize(body), stable
-
-
-def normalize(body: str) -> str:
-    """Cell bodies compare and compile without trailing blank lines."""
-    return body.rstrip("\n") + "\n"
-
-
-def parts_in_notebook(path: Path) -> list[CppPart]:
-    """The C++ parts a notebook file shows, in cell order."""
-    notebook = json.loads(path.read_text())
-    parts = []
-    for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        parsed = parse_magic("".join(cell["source"]))
-        if parsed:
-            name, body, stable = parsed
-            parts.append(CppPart(path.stem, name, body, stable))
-    return parts
-
-
-def resolve(parts: Iterable[CppPart]) -> list[CppPart]:
-    """The build's parts: each name once, at its first position, in its latest version."""
-    latest: dict[str, CppPart] = {}
-    for part in parts:
-        latest[part.name] = part  # a dict keeps the first insertion's position
-    return list(latest.values())
-
-
-def main_parts(parts: Iterable[CppPart]) -> list[CppPart]:
-    """The parts a chapter's book.build() compiles: no exercises, no display-only (stable) parts."""
-    return [part for part in parts if not part.is_exercise and not part.stable]
-
-
-def parts_before(chapter: str) -> list[CppPart]:
-    """The backend as the chapters before `chapter` leave it (latest versions, no exercises)."""
-    parts: list[CppPart] = []
-    for path in chapter_paths():
-        if path.stem >= chapter:
-            break
-        parts.extend(main_parts(parts_in_notebook(path)))
-    return resolve(parts)
-
-
-def versions_through(chapter: str, name: str) -> list[CppPart]:
-    """Every version of part `name` shown up to and including `chapter`, in book order."""
-    found: list[CppPart] = []
-    for path in chapter_paths():
-        if path.stem > chapter:
-            break
-        found.extend(part for part in parts_in_notebook(path) if part.name == name and not part.stable)
-    return found
-
-
-def shown_stable(chapter: str, name: str) -> CppPart | None:
-    """The `%%cpp --stable NAME` cell of `chapter` as its notebook file holds it, if any."""
-    for part in parts_in_notebook(CHAPTERS / f"{chapter}.ipynb"):
-        if part.stable and part.name == name:
-            return part
-    return None
+__all__ = [  # the bottom layer's part reading, re-exported: the chapters' tests read parts from here
+    "CppPart",
+    "chapter_paths",
+    "magic_line",
+    "main_parts",
+    "normalize",
+    "parse_arguments",
+    "parse_magic",
+    "parts_before",
+    "parts_in_notebook",
+    "resolve",
+    "split_magic",
+    "versions_through",
+    # this layer's own
+    "SESSION",
+    "STABLE_EDIT_NOTE",
+    "Revision",
+    "Session",
+    "build",
+    "register_magic",
+]
 
 
 STABLE_EDIT_NOTE = (
@@ -288,7 +201,17 @@ def register_magic() -> None:
             display(revision)
 
     shell.register_magic_function(cpp, magic_kind="cell", magic_name=MAGIC)
+    pycells.register(shell, lambda: SESSION.chapter)  # `%%py NAME`: the package's Python, shown
 
-    from book import pycells  # `%%py NAME`: the package's Python, shown (pycells imports this module)
 
-    pycells.register(shell, lambda: SESSION.chapter)
+def build(*exercises: str, own: bool = True) -> Build:
+    """`book.build()`: compile (or fetch from the cache) and load this chapter's backend.
+
+    It builds the earlier chapters' parts and this chapter's staged ones.
+    ``book.build("exercise_x")`` adds staged exercise parts; ``own=False`` leaves
+    this chapter's own parts out. The builder takes the parts the session gathers
+    (`Session.parts`); tests hand it exact part lists (``Chapter.of(N).parts_through()``).
+    """
+    from book import builder  # the build layer (it imports torch); this layer reads notebooks only
+
+    return builder.build(parts=SESSION.parts(exercises, own=own), chapter=SESSION.chapter)

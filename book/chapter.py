@@ -26,7 +26,7 @@ from typing import Any
 
 from book import builder
 from book.builder import Build
-from book.cells import CppPart, chapter_paths, main_parts, parts_before, parts_in_notebook, resolve
+from book.regions import CppPart, chapter_paths, main_parts, parts_before, parts_in_notebook, resolve
 
 CARRY_FORWARD = "carry-forward"
 METADATA_KEY = "ember-book"  # the book's own cell metadata

@@ -37,6 +37,7 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 _PRELUDE = """\
 import ctypes, os, pathlib, signal, sys, threading
 import torch
+from book import builder  # the book's build state, as in the reader's process: nothing loaded
 from book import driver as book_driver
 
 # The reader's driver file, used as is (the child never builds anything), loaded

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from book.cells import chapter_paths, normalize
 from book.paths import CHAPTERS
+from book.regions import chapter_paths, normalize
 
 MAGIC = "py"
 _MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<name>[A-Za-z_][\w.-]*)\s*$")

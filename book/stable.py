@@ -25,7 +25,7 @@ from pathlib import Path
 
 from torch.utils import cpp_extension
 
-from book import toolchain
+from book import environment, toolchain
 from book.paths import CSRC, cache_dir
 
 LIBRARY_NAME = "ember_stable"
@@ -55,12 +55,12 @@ def _command(source_files: list[Path], driver: Path, output: Path) -> list[str]:
 def key() -> str:
     """Changes whenever the library must be rebuilt."""
     texts = [(CSRC / name).read_text() for name in SOURCES + HEADERS]
-    driver = toolchain.driver_library()
-    return toolchain._digest(toolchain.toolchain_key(), *OPT_FLAGS, str(driver), *texts)
+    env = environment.current()
+    return env.digest(*OPT_FLAGS, str(env.driver), *texts)
 
 
 def _build() -> Path:
-    driver = toolchain.driver_library()
+    driver = environment.current().driver
     return toolchain.compile_once(
         cache_dir() / "stable" / key() / f"lib{LIBRARY_NAME}.so",
         lambda partial: _command([CSRC / s for s in SOURCES], driver, partial),

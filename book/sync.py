@@ -22,7 +22,21 @@ aside). Where the region lives depends on what the cell is:
   (the chapter build would compile a second copy of the hooks).
 
 Neither history nor exercises is part of the package build; the chapters'
-builds and tests compile them.
+builds and tests compile them (from the cells, which hold every version in full).
+
+History stores only what differs (`book.regions`): version K is the difference from
+the next stored version (``@@ -a,b +c,d @@ sha256:...`` hunks holding version K's own
+lines), and a version identical to the next one is not stored. The check derives
+every version's full text and compares it with its cell, so it covers every version,
+and a revision cell still prints its full diff (from the cells). To record a revision,
+paste the current text into history as ``NAME.vK`` in full, edit the package's region,
+then ``python -m book.sync --compact-history`` stores it as a difference. An edit of a
+later version that touches lines a difference replaces makes the check fail ("no
+longer applies"); an edit elsewhere reaches the earlier versions too, and the check
+shows which earlier cells now differ (store the earlier version in full to keep it).
+
+Regions and parts are read by the bottom layer, `book.regions` (no torch, no drift
+check); this module is the command-line check on top of it.
 
 The Python a chapter shows follows the same rules (``book/pycells.py``): a ``%%py NAME``
 cell equals the region ``# ember-book: begin NAME`` ... ``# ember-book: end NAME`` of a
@@ -38,112 +52,56 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import re
 import sys
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from book import pycells
-from book.cells import CppPart, chapter_paths, magic_line, normalize, parse_magic, parts_in_notebook
 from book.paths import CSRC, EXTENSION, REPO
+from book.regions import (
+    BOOK_ONLY,
+    HISTORY,
+    PACKAGE,
+    CppPart,
+    Place,
+    Region,
+    all_regions,
+    chapter_parts,
+    chapter_paths,
+    difference,
+    extension_regions,
+    history_text,
+    magic_line,
+    parse_magic,
+    python_regions,
+    regions_in_file,
+    split_version,
+    stored_body,
+)
 from book.stable import HEADERS as STABLE_HEADERS
 from book.stable import SOURCES as STABLE_SOURCES
 
-_MARKER = re.compile(r"^\s*// ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
-_PY_MARKER = re.compile(r"^# ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
-SOURCE_SUFFIXES = (".cpp", ".h")
-PACKAGE = "torch_ember"  # the package's Python, under extension/
-
-
-@dataclass(frozen=True)
-class Region:
-    name: str
-    path: Path
-    line: int  # 1-based line of the `begin` marker
-    text: str
-
-    @property
-    def where(self) -> str:
-        return f"{self.path.relative_to(REPO)}:{self.line}"
-
-
-def regions_in_file(path: Path) -> list[Region]:
-    found: list[Region] = []
-    open_name: str | None = None
-    open_line = 0
-    body: list[str] = []
-    marker = _PY_MARKER if path.suffix == ".py" else _MARKER
-    for number, line in enumerate(path.read_text().splitlines(keepends=True), start=1):
-        match = marker.match(line)
-        if match is None:
-            if open_name is not None:
-                body.append(line)
-            continue
-        if match["what"] == "begin":
-            if open_name is not None:
-                raise ValueError(f"{path}:{number}: region {match['name']!r} starts inside {open_name!r}")
-            open_name, open_line, body = match["name"], number, []
-        else:
-            if match["name"] != open_name:
-                raise ValueError(f"{path}:{number}: 'end {match['name']}' does not close {open_name!r}")
-            found.append(Region(open_name, path, open_line, normalize("".join(body))))
-            open_name = None
-    if open_name is not None:
-        raise ValueError(f"{path}:{open_line}: region {open_name!r} is never closed")
-    return found
-
-
-# Where a region lives: ("csrc", NAME) for the package's sources, whose names are
-# unique across csrc/; ("history/<chapter>", NAME.vK) and ("exercises/<chapter>", NAME)
-# for the book-only files, one per chapter.
-Place = tuple[str, str]
-BOOK_ONLY = ("history", "exercises")
-
-
-def extension_regions(root: Path = CSRC) -> dict[str, Region]:
-    """The package's regions (extension/csrc), by name."""
-    regions: dict[str, Region] = {}
-    for path in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES):
-        for region in regions_in_file(path):
-            if region.name in regions:
-                raise ValueError(
-                    f"region {region.name!r} is defined twice: {regions[region.name].where} and {region.where}"
-                )
-            regions[region.name] = region
-    return regions
-
-
-def all_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
-    regions: dict[Place, Region] = {
-        ("csrc", name): r for name, r in extension_regions(extension / "csrc").items()
-    }
-    for folder in BOOK_ONLY:
-        for path in sorted((extension / folder).glob("*.cpp")):
-            for region in regions_in_file(path):
-                place = (f"{folder}/{path.stem}", region.name)
-                if place in regions:
-                    raise ValueError(f"region {region.name!r} is defined twice in {path}")
-                regions[place] = region
-    return regions
-
-
-def python_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
-    """The Python regions: ("package", NAME) in extension/torch_ember (names unique across the
-    package), ("history/<chapter>", NAME.vK) in extension/history/<chapter>.py."""
-    regions: dict[Place, Region] = {}
-    files = [("package", p) for p in sorted((extension / PACKAGE).rglob("*.py"))]
-    files += [(f"history/{p.stem}", p) for p in sorted((extension / "history").glob("*.py"))]
-    for folder, path in files:
-        for region in regions_in_file(path):
-            place = (folder, region.name)
-            if place in regions:
-                raise ValueError(
-                    f"Python region {region.name!r} is defined twice: {regions[place].where} and {region.where}"
-                )
-            regions[place] = region
-    return regions
+__all__ = [  # the bottom layer's region reading, re-exported for the check's callers
+    "BOOK_ONLY",
+    "CSRC",
+    "EXTENSION",
+    "Region",
+    "all_regions",
+    "chapter_parts",
+    "extension_regions",
+    "python_regions",
+    "regions_in_file",
+    # the drift check's own
+    "compact_history",
+    "cpp_problems",
+    "main",
+    "placements",
+    "problems",
+    "python_placements",
+    "python_problems",
+    "write",
+]
 
 
 def python_placements(parts: list[pycells.PyPart]) -> list[tuple[pycells.PyPart, Place]]:
@@ -170,7 +128,10 @@ def _describe_python(place: Place, extension: Path) -> str:
 
 def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
     """Every way the chapters' `%%py` cells differ from the package's Python (and its history)."""
-    regions = python_regions(extension)
+    try:
+        regions = python_regions(extension)
+    except ValueError as error:
+        return [str(error)]
     found: list[str] = []
     shown: dict[Place, pycells.PyPart] = {}
     paths = list(notebooks) if notebooks is not None else None
@@ -179,7 +140,7 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
             found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
             continue
         shown[place] = part
-        region = regions.get(place)
+        region = history_text(regions, place, "package")
         if region is None:
             found.append(f"{part.origin}: no Python region {_describe_python(place, extension)}")
         elif region.text != part.source:
@@ -191,13 +152,6 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
         if place not in shown:
             found.append(f"{region.where}: Python region {place[1]!r} is not shown by any chapter")
     return found
-
-
-def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
-    parts: list[CppPart] = []
-    for path in notebooks if notebooks is not None else chapter_paths():
-        parts.extend(parts_in_notebook(path))
-    return parts
 
 
 def placements(parts: list[CppPart]) -> list[tuple[CppPart, Place]]:
@@ -259,7 +213,10 @@ def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSIO
 
 def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
     """Every way the chapters' `%%cpp` cells differ from the extension's C++."""
-    regions = all_regions(extension)
+    try:
+        regions = all_regions(extension)
+    except ValueError as error:  # a region never closed, a history difference that no longer applies
+        return [str(error)]
     found: list[str] = []
     shown: dict[Place, CppPart] = {}
     for part, place in placements(chapter_parts(notebooks)):
@@ -267,7 +224,7 @@ def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTE
             found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
             continue
         shown[place] = part
-        region = regions.get(place)
+        region = history_text(regions, place, "csrc")
         if region is None:
             found.append(f"{part.origin}: no region {_describe(place, extension)}")
             continue
@@ -304,12 +261,12 @@ def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) 
             if parsed is not None:
                 name, body, stable = parsed
                 _, place = next(placed)
-                region = regions.get(place)
+                region = history_text(regions, place, "csrc")
                 first = magic_line(name, stable)
             elif py_parsed is not None:
                 name, body = py_parsed
                 _, place = next(py_placed)
-                region = py_regions.get(place)
+                region = history_text(py_regions, place, "package")
                 first = pycells.magic_line(name)
             else:
                 continue
@@ -323,12 +280,88 @@ def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) 
     return changed
 
 
+def compact_history(extension: Path = EXTENSION) -> list[Path]:
+    """Store only what differs in extension/history: each earlier version as the difference from the next
+    stored version (`book.regions`), none for a version identical to the next. Returns the files changed.
+
+    The full text of every version stays what it was (the drift check proves it against the cells).
+    """
+    changed: list[Path] = []
+    for regions, latest, suffix in (
+        (all_regions(extension), "csrc", ".cpp"),
+        (python_regions(extension), "package", ".py"),
+    ):
+        bodies: dict[Place, str | None] = {}  # None: drop the region
+        versions: dict[str, list[tuple[int, Place]]] = {}
+        for place in regions:
+            version = split_version(place[1]) if place[0].startswith(f"{HISTORY}/") else None
+            if version is not None:
+                versions.setdefault(version[0], []).append((version[1], place))
+        for name, stored in versions.items():
+            following = regions[(latest, name)].text if (latest, name) in regions else None
+            for _, place in sorted(stored, reverse=True):  # the latest first: each differs from the one after
+                text = regions[place].text
+                stored_as = text if following is None else difference(following, text)
+                if stored_as and len(stored_as.splitlines()) >= len(text.splitlines()):
+                    stored_as = text  # so different that the full text is shorter
+                bodies[place] = stored_as or None  # empty: identical to the next version
+                following = text
+        for path in sorted((extension / HISTORY).glob(f"*{suffix}")):
+            own = {place[1]: body for place, body in bodies.items() if place[0] == f"{HISTORY}/{path.stem}"}
+            if _rewrite_regions(
+                path, {name: stored_body(body, path) if body else None for name, body in own.items()}
+            ):
+                changed.append(path)
+    return changed
+
+
+def _rewrite_regions(path: Path, bodies: dict[str, str | None]) -> bool:
+    """Give each region of `path` named in `bodies` that body (None: remove the region). True if changed."""
+    stored = {region.name: region for region in regions_in_file(path)}
+    lines = path.read_text().splitlines(keepends=True)
+    out: list[str] = []
+    index = 0
+    starts = {region.line - 1: region for region in stored.values()}
+    while index < len(lines):
+        region = starts.get(index)
+        if region is None or region.name not in bodies:
+            out.append(lines[index])
+            index += 1
+            continue
+        end = index + 1
+        while region.name not in lines[end] or "ember-book: end" not in lines[end]:
+            end += 1
+        body = bodies[region.name]
+        if body is None:  # identical to the next version: derived, not stored
+            index = end + 1
+            if index < len(lines) and not lines[index].strip() and out and not out[-1].strip():
+                index += 1  # no double blank line where the region was
+            continue
+        out.append(lines[index])
+        out.append(body)
+        out.append(lines[end])
+        index = end + 1
+    text = "".join(out)
+    if text == path.read_text():
+        return False
+    path.write_text(text)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m book.sync", description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="report drift, exit 1 if any")
     mode.add_argument("--write", action="store_true", help="copy extension regions into the notebooks")
+    mode.add_argument(
+        "--compact-history",
+        action="store_true",
+        help="store earlier versions in extension/history as what differs from the next version",
+    )
     args = parser.parse_args(argv)
+    if args.compact_history:
+        for path in compact_history():
+            print(f"compacted {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     if args.write:
         for path in write():
             print(f"updated {path.relative_to(REPO)}: re-execute it")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from book import builder, preload, toolchain
+from book import builder, load_errors, preload, toolchain
 from book.cells import CppPart
 from book.chapter import Chapter
 from book.compile_errors import CppBuildError
@@ -200,7 +200,7 @@ def test_importing_torch_in_full_gives_the_same_verdict(
         full = preload.run_child(library, driver, import_torch=True)
         assert native.ok is ok and full.ok is ok
         if not ok:
-            assert preload.explain(native, CHAPTER) == preload.explain(full, CHAPTER)
+            assert load_errors.explain(native, CHAPTER) == load_errors.explain(full, CHAPTER)
 
 
 # -- The first build of a fresh process ------------------------------------------------------------
@@ -259,10 +259,10 @@ def test_a_first_build_that_would_abort_leaves_a_fresh_process_alive(
 
 def test_cpp_signatures_are_spelled_the_way_kernels_write_them() -> None:
     assert (
-        preload.cpp_signature("at::Tensor& (at::Tensor const&, c10::ArrayRef<long>, long, unsigned long)")
+        load_errors.cpp_signature("at::Tensor& (at::Tensor const&, c10::ArrayRef<long>, long, unsigned long)")
         == "at::Tensor& (const at::Tensor&, c10::ArrayRef<int64_t>, int64_t, unsigned long)"
     )
-    assert preload.schema_argument_names(
+    assert load_errors.schema_argument_names(
         "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
     ) == ["self", "dim", "keepdim", "dtype"]
 
@@ -272,7 +272,7 @@ def result(stderr: str, stdout: str = "loading\n", returncode: int = -6) -> prel
 
 
 def test_an_exception_in_a_global_constructor_is_reported_with_its_message() -> None:
-    message = preload.explain(
+    message = load_errors.explain(
         result(
             "terminate called after throwing an instance of 'std::runtime_error'\n  what():  boom in a global\n"
         ),
@@ -287,13 +287,13 @@ def test_an_exception_in_a_global_constructor_is_reported_with_its_message() -> 
 
 
 def test_a_crash_while_loading_and_an_undefined_symbol_are_reported() -> None:
-    crashed = preload.explain(result("", returncode=-11), CHAPTER)
+    crashed = load_errors.explain(result("", returncode=-11), CHAPTER)
     assert crashed.splitlines()[:2] == [
         HEAD,
         "While loading, a test process was killed by SIGSEGV, in a static initializer: a TORCH_LIBRARY or "
         "TORCH_LIBRARY_IMPL block, or the constructor of a global object, in one of the cells.",
     ]
-    undefined = preload.explain(
+    undefined = load_errors.explain(
         result(
             "",
             stdout="loading\ndlopen failed: /x/ember_02.so: undefined symbol: _ZN5ember3fooEv\n",
@@ -305,5 +305,5 @@ def test_a_crash_while_loading_and_an_undefined_symbol_are_reported() -> None:
         "C++ build of chapter 02 failed: the library uses `ember::foo()`, which is declared but never "
         "defined in any cell (or in PyTorch)."
     )
-    destructor = preload.explain(result("", stdout="loading\nloaded\n", returncode=-11), CHAPTER)
+    destructor = load_errors.explain(result("", stdout="loading\nloaded\n", returncode=-11), CHAPTER)
     assert "static destructors (run when a rebuild retires it) crash" in destructor

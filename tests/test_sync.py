@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from book import pycells, sync
+from book import pycells, regions, sync
 from book.cells import chapter_paths, parts_before, split_magic
 
 
@@ -219,3 +219,85 @@ def test_no_function_of_the_package_is_defined_twice():
     package = sync.EXTENSION / "torch_ember"
     for path in package.rglob("*.py"):
         assert "noqa: F811" not in path.read_text(), path
+
+
+# -- history without duplication: earlier versions stored as what differs ---------------------
+
+LATEST = "".join(f"line {n}\n" for n in range(1, 21))
+
+
+def test_a_difference_stores_only_the_earlier_versions_own_lines():
+    earlier = LATEST.replace("line 3\n", "line three\n").replace("line 17\n", "") + "line 21\n"
+    stored = regions.difference(LATEST, earlier)
+    assert regions.is_difference(stored)
+    assert "line three" in stored and "line 4" not in stored and "line 17" not in stored
+    assert regions.apply_difference(LATEST, stored) == earlier
+    assert regions.difference(LATEST, LATEST) == ""  # identical: nothing to store
+
+
+def test_a_difference_that_no_longer_applies_is_an_error():
+    stored = regions.difference(LATEST, LATEST.replace("line 3\n", "line three\n"))
+    with pytest.raises(ValueError, match="no longer applies"):
+        regions.apply_difference(LATEST.replace("line 3\n", "line 3, fixed\n"), stored, "x.v1")
+    # An edit elsewhere in the next version leaves the difference applicable.
+    moved = LATEST.replace("line 10\n", "line 10, fixed\n")
+    assert regions.apply_difference(moved, stored) == moved.replace("line 3\n", "line three\n")
+
+
+def test_a_unified_diff_with_removed_lines_is_accepted_and_checked():
+    stored = "@@ -3,1 +3,1 @@\n-line 3\n+line three\n"
+    assert regions.apply_difference(LATEST, stored) == LATEST.replace("line 3\n", "line three\n")
+    with pytest.raises(ValueError, match="no longer applies"):
+        regions.apply_difference(LATEST, "@@ -3,1 +3,1 @@\n-line 4\n+line three\n")
+
+
+def _extension_copy(tmp_path: Path) -> Path:
+    extension = tmp_path / "extension"
+    shutil.copytree(sync.EXTENSION / "csrc", extension / "csrc")
+    shutil.copytree(sync.EXTENSION / "exercises", extension / "exercises")
+    shutil.copytree(sync.EXTENSION / "history", extension / "history")
+    shutil.copytree(sync.EXTENSION / "torch_ember", extension / "torch_ember")
+    return extension
+
+
+def test_history_is_stored_without_duplication():
+    # Every earlier version in extension/history is a difference from the next version, or in full
+    # where that is shorter; the full texts are derived (and the drift check compares them).
+    for folder, found in (("csrc", sync.all_regions()), ("package", sync.python_regions())):
+        history = {place: r for place, r in found.items() if place[0].startswith("history/")}
+        assert history, folder
+        differences = [r for r in history.values() if r.is_difference]
+        assert len(differences) * 2 >= len(history), folder
+        for region in differences:
+            assert not regions.is_difference(region.text)
+            assert len(region.stored.splitlines()) < len(region.text.splitlines())
+
+
+def test_compacting_history_keeps_every_version(tmp_path):
+    extension = _extension_copy(tmp_path)
+    before = {**sync.all_regions(extension), **sync.python_regions(extension)}
+    sync.compact_history(extension)
+    after = {**sync.all_regions(extension), **sync.python_regions(extension)}
+    assert {p: r.text for p, r in after.items()} == {p: r.text for p, r in before.items()}
+    assert sync.compact_history(extension) == []  # already compact
+    assert len(sync.problems(extension=extension)) == len(sync.problems())
+
+
+def test_a_version_identical_to_the_next_one_is_derived(tmp_path):
+    extension = _extension_copy(tmp_path)
+    history = extension / "history" / "03_fallback.cpp"
+    (region,) = sync.regions_in_file(history)
+    latest = sync.all_regions(extension)[("csrc", "cpu_fallback")].text
+    # Store version 1 as a copy of version 2 in full, compact: it is dropped, and derived.
+    history.write_text(f"// ember-book: begin {region.name}\n{latest}// ember-book: end {region.name}\n")
+    assert sync.compact_history(extension) == [history]
+    assert sync.regions_in_file(history) == []
+    found = sync.all_regions(extension)
+    derived = regions.history_text(found, ("history/03_fallback", "cpu_fallback.v1"), "csrc")
+    assert derived is not None and derived.text == latest
+    # The chapter's first cpu_fallback cell is not version 2, so the check says so.
+    problems = sync.cpp_problems(extension=extension)
+    assert any(
+        p.startswith("03_fallback.ipynb[cpu_fallback] differs from") and "csrc" in p.splitlines()[0]
+        for p in problems
+    )

@@ -40,6 +40,28 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
     ]
 
 
+def test_a_unit_opens_with_its_header_parts_so_a_revised_part_sees_its_chapters_headers():
+    # A revision keeps its part's first place in the build: chapter 12's version of a
+    # chapter 04 part comes before chapter 12's header parts in book order, yet calls
+    # what they declare (as the package's file includes that header first).
+    declares = CppPart("12_capstone", "test_decl", "namespace ember { int declared(); }\n")
+    revised = source_part("12_capstone", "revised", "int revised() { return declared(); }")
+    new = source_part("12_capstone", "new", "int declared() { return 1; }")
+    files = {"test_decl": "aten/Decl.h", "revised": "aten/A.cpp", "new": "aten/A.cpp"}
+    (unit,) = units.split([revised, declares, new], files=files)
+    assert [part.name for part in unit.parts] == ["test_decl", "revised", "new"]
+    assert unit.text.index("int declared();") < unit.text.index("int revised()")
+
+
+def test_no_part_of_the_package_declares_the_host_kernel_by_hand():
+    # One declaration, in chapter 12's header part host_kernels (aten/EmberHostKernels.h).
+    from book.paths import CSRC
+
+    declaration = "void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);"
+    holders = [p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.*") if declaration in p.read_text()]
+    assert holders == ["aten/EmberHostKernels.h"]
+
+
 def test_a_chapters_units_are_the_same_text_in_every_later_chapters_build():
     # What makes the objects reusable: chapter 02's units do not depend on chapter 03.
     def of_chapter_02(split: list[units.Unit]) -> list[units.Unit]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from functools import cache
-from typing import Any
 
 from book.paths import CHAPTERS
 from book.widgets import by_chapter as b
 from book.widgets import table as t
 from book.widgets.html import MONO, OURS, SANS, esc, inline, kind_css
+from book.widgets.view import View
 
 _SHARED_WORD = {t.FALLBACK: "backend fallback", t.FALLTHROUGH: "fallthrough"}
 
@@ -151,7 +151,7 @@ def render_html(data: b.ByChapter) -> str:
     return inline(markup, _CSS)
 
 
-class DispatchTableByChapter:
+class DispatchTableByChapter(View):
     """The displayed widget. Reads the live dispatcher once, when created."""
 
     def __init__(self, ops: Iterable[str] | None = None, keys: Iterable[str] = b.EMBER_KEYS) -> None:
@@ -162,9 +162,3 @@ class DispatchTableByChapter:
 
     def html(self) -> str:
         return render_html(self.data)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/plain": self.text(), "text/html": self.html()}

@@ -10,14 +10,25 @@ same output carries is what the built book shows.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from book.progress import batch_mode
 from book.widgets import table as t
-from book.widgets.html import esc
 
-if TYPE_CHECKING:
-    from book.widgets.table_view import DispatchTable
+
+class TableView(Protocol):
+    """What the controls need of a dispatch-table view (`book.widgets.table_view.DispatchTable`)."""
+
+    patterns: list[str]
+    since: t.Snapshot | None
+    data: t.TableData
+
+    def html(self) -> str: ...
+
+    def render(self, data: t.TableData) -> str: ...
+
+    def error_html(self, message: str) -> str: ...
+
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -36,12 +47,9 @@ def split_patterns(text: str) -> list[str]:
     return [p for p in re.split(r"[\s,]+", text) if p]
 
 
-def controls(table: DispatchTable) -> Any:
+def controls(table: TableView) -> Any:
     """An ipywidgets VBox: operator patterns, keys, re-read; below them the live HTML table."""
     import ipywidgets as w
-
-    from book.widgets.html import inline
-    from book.widgets.table_view import _CSS, render_html
 
     ops = w.Text(
         value=", ".join(table.patterns),
@@ -62,11 +70,9 @@ def controls(table: DispatchTable) -> Any:
         try:
             data = t.table_data(split_patterns(ops.value), keys.value or t.DEFAULT_KEYS, since)
         except ValueError as error:
-            output.value = inline(
-                f'<div class="ember-dispatch-table"><span class="ember-error">{esc(error)}</span></div>', _CSS
-            )
+            output.value = table.error_html(str(error))
             return
-        output.value = render_html(data)
+        output.value = table.render(data)
 
     ops.observe(render, names="value")
     keys.observe(render, names="value")
@@ -80,7 +86,7 @@ def controls(table: DispatchTable) -> Any:
     return box
 
 
-def table_view(table: DispatchTable) -> dict[str, Any] | None:
+def table_view(table: TableView) -> dict[str, Any] | None:
     """{widget-view mimetype: ...} for `controls(table)`, or None when not in a live kernel."""
     if not live():
         return None

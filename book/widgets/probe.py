@@ -19,7 +19,7 @@ from typing import Any, Self
 
 import torch
 
-from book import builder, toolchain
+from book import builder, environment
 from book.paths import BOOK_CPP, CSRC, cache_dir
 from book.progress import Status
 
@@ -28,13 +28,9 @@ SOURCE = BOOK_CPP / "trace_probe.cpp"
 
 def library_path() -> Path:
     """Where the probe for this source, toolchain and driver lives (built or not)."""
-    driver = toolchain.driver_library()
-    key = toolchain._digest(
-        toolchain.toolchain_key(),
-        SOURCE.read_text(),
-        toolchain.prelude_text(),
-        (CSRC / "driver" / "ember_driver.h").read_text(),
-        str(driver),
+    env = environment.current()
+    key = env.digest(
+        SOURCE.read_text(), env.prelude, (CSRC / "driver" / "ember_driver.h").read_text(), str(env.driver)
     )
     return cache_dir() / "probe" / key / f"ember_trace_probe_{key}.so"
 

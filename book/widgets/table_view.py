@@ -13,8 +13,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from book.widgets import interactive
 from book.widgets import table as t
 from book.widgets.html import MONO, OURS, SANS, esc, inline, kind_css
+from book.widgets.view import View
 
 _CHANGE_MARK = {t.ADDED: "+", t.CHANGED: "~", t.REMOVED: "−", t.SAME: "·"}
 
@@ -235,7 +237,7 @@ def _breakable(location: str) -> str:
     return "<wbr>".join(esc(piece) for piece in re.split(r"(?=[\[/])", location))
 
 
-class DispatchTable:
+class DispatchTable(View):
     """The displayed widget. Reads the live dispatcher once, when created."""
 
     def __init__(
@@ -255,14 +257,14 @@ class DispatchTable:
     def html(self) -> str:
         return render_html(self.data)
 
-    def __repr__(self) -> str:
-        return self.text()
+    def render(self, data: t.TableData) -> str:
+        """The HTML of other table data (the live controls re-read the dispatcher)."""
+        return render_html(data)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html()}
-        from book.widgets import interactive
+    def error_html(self, message: str) -> str:
+        return inline(
+            f'<div class="ember-dispatch-table"><span class="ember-error">{esc(message)}</span></div>', _CSS
+        )
 
-        view = interactive.table_view(self)
-        if view is not None:
-            bundle.update(view)
-        return bundle
+    def live_view(self) -> dict[str, Any] | None:
+        return interactive.table_view(self)

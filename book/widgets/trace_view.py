@@ -10,10 +10,10 @@ table rather than observed (``key*``) and explain the marks in a legend line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from book.widgets import dispatch_trace as tr
 from book.widgets.html import MONO, OURS, SANS, esc, inline
+from book.widgets.view import View
 
 INFERRED_MARK = "*"
 HEADER = "dispatch trace: operator  key path  ⇒ what ran"
@@ -30,7 +30,7 @@ _VIA = {
 }
 
 
-class DispatchTrace(tr.Trace):
+class DispatchTrace(View, tr.Trace):
     """A `Trace` that displays itself: text/plain and text/html."""
 
     @classmethod
@@ -42,12 +42,6 @@ class DispatchTrace(tr.Trace):
 
     def html(self) -> str:
         return render_html(self)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/plain": self.text(), "text/html": self.html()}
 
 
 def trace(fn: Callable[[], object]) -> DispatchTrace:

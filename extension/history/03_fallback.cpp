@@ -1,26 +1,14 @@
-// Earlier versions of parts that chapter 03 shows and a later cell revises.
-// Not part of the torch_ember package (extension/csrc holds the latest
-// versions); the chapter's builds compile them. See book/sync.py.
-#include <ATen/native/CPUFallback.h>
-#include <torch/library.h>
+// Earlier versions of parts that chapter 03 shows and a later cell revises. Not part of the
+// torch_ember package, and not C++ to compile: each region NAME.vK stores only what differs from
+// the next stored version of NAME (a later NAME.vJ, else the package's region NAME), as hunks
+// `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)
+// with this version's `+` lines; a version identical to the next one is not stored. The
+// chapter's cells hold every version in full, and `python -m book.sync --check` derives each
+// one and compares them (book/regions.py, book/sync.py). To record a revision, paste the
+// current text here in full as NAME.vK, edit the package's region, then run
+// `python -m book.sync --compact-history`.
 
 // ember-book: begin cpu_fallback.v1
-namespace ember {
-
-// A boxed kernel: the dispatcher hands over the operator and a stack whose
-// last entries are its arguments; the results must replace them.
-void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  // ATen's generic fallback: copy the tensor arguments to the CPU, run the
-  // CPU kernel, copy mutated arguments back into the ember tensors, and move
-  // the results to the device of the first tensor argument.
-  at::native::cpu_fallback(op, stack);
-}
-
-} // namespace ember
-
-// `_`: all operators of all namespaces. One fallback per dispatch key: the
-// dispatcher uses it for every operator with nothing registered at PrivateUse1.
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
-}
+@@ -2,18 +1,0 @@ sha256:115ec38cc4
+@@ -24,5 +5,0 @@ sha256:e007e380bf
 // ember-book: end cpu_fallback.v1

@@ -1,108 +1,23 @@
-// Earlier versions of parts that chapter 05 shows and a later cell revises.
-// Not part of the torch_ember package (extension/csrc holds the latest
-// versions); the chapter's builds compile them. See book/sync.py.
-#include <ATen/Dispatch.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <torch/library.h>
-
-#include <cmath>
-
-#include "driver/ember_driver.h"
-#include "runtime/EmberCheck.h"
+// Earlier versions of parts that chapter 05 shows and a later cell revises. Not part of the
+// torch_ember package, and not C++ to compile: each region NAME.vK stores only what differs from
+// the next stored version of NAME (a later NAME.vJ, else the package's region NAME), as hunks
+// `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)
+// with this version's `+` lines; a version identical to the next one is not stored. The
+// chapter's cells hold every version in full, and `python -m book.sync --check` derives each
+// one and compares them (book/regions.py, book/sync.py). To record a revision, paste the
+// current text here in full as NAME.vK, edit the package's region, then run
+// `python -m book.sync --compact-history`.
 
 // ember-book: begin custom_abs.v1
-namespace ember {
-
-// |x| over n contiguous elements. The CPU kernel runs it on host pointers,
-// the ember kernel inside a launch on the device's pointers.
-template <typename scalar_t>
-void absLoop(const scalar_t* in, scalar_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = std::abs(in[i]);
-  }
-}
-
-// What one launch needs, with device addresses as the tensors hold them. The
-// kernel reports a driver failure in `status`: it must not throw.
-template <typename scalar_t>
-struct AbsLaunch {
-  const scalar_t* in;
-  scalar_t* out;
-  int64_t n;
-  emError_t status;
-};
-
-// Runs on the device: the driver calls it inside emLaunchKernel. Device
-// address p is accessible here at p + offset, and only here.
-template <typename scalar_t>
-void absKernel(void* arg) {
-  auto& launch = *static_cast<AbsLaunch<scalar_t>*>(arg);
-  ptrdiff_t offset = 0;
-  launch.status = emGetKernelOffset(&offset);
-  if (launch.status != emSuccess) {
-    return;
-  }
-  absLoop(reinterpret_cast<const scalar_t*>(
-              reinterpret_cast<const char*>(launch.in) + offset),
-          reinterpret_cast<scalar_t*>(reinterpret_cast<char*>(launch.out) + offset),
-          launch.n);
-}
-
-// The checks both kernels make, before any work: a clear error names the
-// operator, the device and what was wrong.
-void checkCustomAbs(const at::Tensor& self) {
-  TORCH_CHECK(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble,
-              "ember::custom_abs: expected a float32 or float64 tensor, got ",
-              self.scalar_type(), " on ", self.device());
-}
-
-at::Tensor customAbsCpu(const at::Tensor& self) {
-  checkCustomAbs(self);
-  const at::Tensor input = self.contiguous();
-  at::Tensor out = at::empty(input.sizes(), input.options());
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "custom_abs_cpu", [&] {
-    absLoop(input.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-            input.numel());
-  });
-  return out;
-}
-
-at::Tensor customAbsEmber(const at::Tensor& self) {
-  checkCustomAbs(self);
-  // The loop wants contiguous memory (a copy, if self is a strided view).
-  const at::Tensor input = self.contiguous();
-  at::Tensor out = at::empty(input.sizes(), input.options());
-  if (input.numel() == 0) {
-    return out;
-  }
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "custom_abs_ember", [&] {
-    AbsLaunch<scalar_t> launch{input.const_data_ptr<scalar_t>(),
-                               out.mutable_data_ptr<scalar_t>(), input.numel(),
-                               emSuccess};
-    // Every buffer the kernel touches is named, so the driver maps it.
-    void* buffers[] = {const_cast<void*>(input.const_data_ptr()),
-                       out.mutable_data_ptr()};
-    EMBER_CHECK(emLaunchKernel(&absKernel<scalar_t>, &launch, buffers, 2));
-    EMBER_CHECK(launch.status);
-  });
-  return out;
-}
-
-} // namespace ember
-
-// The `ember` namespace: one TORCH_LIBRARY per namespace in a process (more
-// code adds to it with TORCH_LIBRARY_FRAGMENT). The schema is the contract:
-// a new tensor, no aliasing, nothing mutated.
-TORCH_LIBRARY(ember, m) {
-  m.def("custom_abs(Tensor self) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(ember, CPU, m) {
-  m.impl("custom_abs", TORCH_FN(ember::customAbsCpu));
-}
-
-TORCH_LIBRARY_IMPL(ember, PrivateUse1, m) {
-  m.impl("custom_abs", TORCH_FN(ember::customAbsEmber));
-}
+@@ -20,2 +19,0 @@ sha256:ac685c7418
+@@ -35,10 +33,4 @@ sha256:f082564131
++  // The loop wants contiguous memory (a copy, if self is a strided view).
++  const at::Tensor input = self.contiguous();
++  at::Tensor out = at::empty(input.sizes(), input.options());
++  if (input.numel() == 0) {
+@@ -47,2 +39,2 @@ sha256:02fd36843d
++  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "custom_abs_ember", [&] {
++    const scalar_t* in = input.const_data_ptr<scalar_t>();
+@@ -50,1 +42,1 @@ sha256:5486cf8b6d
++    const int64_t n = input.numel();
 // ember-book: end custom_abs.v1

@@ -1,8 +1,12 @@
-// Earlier versions of parts that chapter 08 shows and a later cell revises.
-// Not part of the torch_ember package (extension/csrc holds the latest
-// versions); the chapter's builds compile them. See book/sync.py.
-#include <ATen/core/Tensor.h>
-#include <torch/library.h>
+// Earlier versions of parts that chapter 08 shows and a later cell revises. Not part of the
+// torch_ember package, and not C++ to compile: each region NAME.vK stores only what differs from
+// the next stored version of NAME (a later NAME.vJ, else the package's region NAME), as hunks
+// `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)
+// with this version's `+` lines; a version identical to the next one is not stored. The
+// chapter's cells hold every version in full, and `python -m book.sync --check` derives each
+// one and compares them (book/regions.py, book/sync.py). To record a revision, paste the
+// current text here in full as NAME.vK, edit the package's region, then run
+// `python -m book.sync --compact-history`.
 
 // ember-book: begin random_registration.v1
 // Every random operator with a Generator argument that ember implements;
