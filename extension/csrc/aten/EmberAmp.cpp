@@ -210,10 +210,10 @@ void nonFiniteCheckAndUnscale(at::TensorList grads, at::Tensor& found_inf,
           const float* scale = inv_scale.const_data_ptr<float>();
           float* inf = found_inf.mutable_data_ptr<float>();
           const int64_t n = work.numel();
-          blas::launch({data, scale, inf}, [&](ptrdiff_t offset) {
-            unscaleLoop(blas::onDevice(data, offset), n,
-                        blas::onDevice(scale, offset),
-                        blas::onDevice(inf, offset));
+          launch({data, scale, inf}, [&](ptrdiff_t offset) {
+            unscaleLoop(atOffset(data, offset), n,
+                        atOffset(scale, offset),
+                        atOffset(inf, offset));
           });
         });
     if (!work.is_same(grad)) {
@@ -268,9 +268,9 @@ at::Tensor& updateScale(at::Tensor& scale, at::Tensor& growth_tracker,
   float* s = scale.mutable_data_ptr<float>();
   int32_t* good = growth_tracker.mutable_data_ptr<int32_t>();
   const float* inf = found_inf.const_data_ptr<float>();
-  blas::launch({s, good, inf}, [&](ptrdiff_t offset) {
-    updateScaleKernel(blas::onDevice(s, offset), blas::onDevice(good, offset),
-                      blas::onDevice(inf, offset), growth, backoff, interval);
+  launch({s, good, inf}, [&](ptrdiff_t offset) {
+    updateScaleKernel(atOffset(s, offset), atOffset(good, offset),
+                      atOffset(inf, offset), growth, backoff, interval);
   });
   return scale;
 }

@@ -16,6 +16,7 @@
 
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin binary_ops
 #pragma GCC push_options
@@ -69,9 +70,6 @@ using at::Tensor;
 // Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 // add's structured class is generated from a "ufunc" description; its
 // CPU-named class is the device-generic entry, which calls
 // add_stub(device_type(), ...). sub, mul and div are ordinary structured ops.
@@ -166,9 +164,6 @@ namespace ember {
 // Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 // Each comparison has a Tensor and a Scalar overload, both structured, both
 // ending in the same stub (the scalar becomes a CPU scalar operand).
 #define EMBER_COMPARE_OUT(name)                                              \

@@ -10,14 +10,9 @@
 #include <torch/library.h>
 
 #include "aten/EmberBlas.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin blas_ops
-namespace ember {
-// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
-// the CPU's kernel on the device's memory.
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-} // namespace ember
-
 namespace ember::blas {
 
 using Named = std::pair<const char*, const at::Tensor*>;
@@ -117,7 +112,7 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
         .c = {result.mutable_data_ptr<T>(), d == 3 ? m * n : 0, n, 1},
         .alpha = alpha.to<T>(), .beta = beta.to<T>()};
     launch({p.a.data, p.b.data, p.s.data, p.c.data},
-           [&](ptrdiff_t offset) { gemm(onDevice(p, offset)); });
+           [&](ptrdiff_t offset) { gemm(atOffset(p, offset)); });
   }
   if (!direct) {
     out.copy_(result);

@@ -1,5 +1,6 @@
-// Matrix multiplication on ember: the launch helper and the gemm loops that
-// mm, addmm, bmm (EmberBlas.cpp) and convolution (EmberConvolution.cpp) run.
+// Matrix multiplication on ember: the problem a launch carries and the gemm
+// loops that mm, addmm, bmm (EmberBlas.cpp) and convolution
+// (EmberConvolution.cpp) run inside ember::launch (EmberLaunch.h).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -7,65 +8,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <initializer_list>
-#include <type_traits>
 #include <vector>
 
-#include "runtime/EmberCheck.h"
-#include "driver/ember_driver.h"
+#include "aten/EmberLaunch.h"
 
 // ember-book: begin blas_launch
-namespace ember::blas {
-
-// Device address p, as the running kernel reads and writes it.
-template <typename T>
-T* onDevice(T* p, ptrdiff_t offset) {
-  return p == nullptr ? p
-                      : reinterpret_cast<T*>(reinterpret_cast<char*>(
-                            const_cast<std::remove_const_t<T>*>(p)) + offset);
-}
-
-// Runs body(offset) as one ember kernel. `buffers`: every device pointer the
-// body touches (the driver makes exactly those accessible). The offset is
-// fetched here, on the launching thread, before the body's parallel_for:
-// worker threads are not "in the kernel". Nothing may throw across the
-// driver's C boundary, so an exception is carried over and rethrown after.
-template <typename Body>
-void launch(std::initializer_list<const void*> buffers, const Body& body) {
-  struct Call {
-    const Body* body;
-    std::exception_ptr error;
-    emError_t offset_status = emSuccess;
-  } call{&body, nullptr};
-  const auto run = [](void* arg) {
-    Call& call = *static_cast<Call*>(arg);
-    ptrdiff_t offset = 0;
-    call.offset_status = emGetKernelOffset(&offset);
-    if (call.offset_status != emSuccess) {
-      return;
-    }
-    try {
-      (*call.body)(offset);
-    } catch (...) {
-      call.error = std::current_exception();
-    }
-  };
-  std::vector<void*> pointers;
-  for (const void* buffer : buffers) {
-    pointers.push_back(const_cast<void*>(buffer));
-  }
-  EMBER_CHECK(emLaunchKernel(run, &call, pointers.data(), pointers.size()));
-  EMBER_CHECK(call.offset_status);
-  if (call.error) {
-    std::rethrow_exception(call.error);
-  }
-}
-
-} // namespace ember::blas
-// ember-book: end blas_launch
-
-// ember-book: begin blas_gemm
 namespace ember::blas {
 
 // A matrix (or a batch of them) as the loops see it: a pointer and strides
@@ -87,15 +34,23 @@ struct Gemm {
   T alpha = T(1), beta = T(0);
 };
 
-// The problem with every pointer translated for the running kernel.
+// A problem runs inside ember::launch (kernel_launch), which hands the body
+// the kernel offset: the same problem with every pointer translated for the
+// running kernel (an absent S stays null).
 template <typename T>
-Gemm<T> onDevice(Gemm<T> p, ptrdiff_t offset) {
-  p.a.data = onDevice(p.a.data, offset);
-  p.b.data = onDevice(p.b.data, offset);
-  p.s.data = onDevice(p.s.data, offset);
-  p.c.data = onDevice(p.c.data, offset);
+Gemm<T> atOffset(Gemm<T> p, ptrdiff_t offset) {
+  p.a.data = ember::atOffset(p.a.data, offset);
+  p.b.data = ember::atOffset(p.b.data, offset);
+  p.s.data = ember::atOffset(p.s.data, offset);
+  p.c.data = ember::atOffset(p.c.data, offset);
   return p;
 }
+
+} // namespace ember::blas
+// ember-book: end blas_launch
+
+// ember-book: begin blas_gemm
+namespace ember::blas {
 
 // The loops below are the hot code: compiled with -O3 even where the rest
 // of the build is not (the book compiles without optimization), like the

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aten/EmberBlas.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin convolution_kernels
 namespace ember::conv {
@@ -195,11 +196,11 @@ at::Tensor forward(const char* op, const at::Tensor& input,
     const int64_t b_stride = has_bias ? bias->stride(0) : 0;
     const c10::IntArrayRef strides = input.strides();
     const int64_t oc_g = s.groupOutChannels();
-    blas::launch({in, w, b, o}, [&](ptrdiff_t offset) {
-      const T* kin = blas::onDevice(in, offset);
-      const T* kw = blas::onDevice(w, offset);
-      const T* kb = blas::onDevice(b, offset);
-      T* ko = blas::onDevice(o, offset);
+    launch({in, w, b, o}, [&](ptrdiff_t offset) {
+      const T* kin = atOffset(in, offset);
+      const T* kw = atOffset(w, offset);
+      const T* kb = atOffset(b, offset);
+      T* ko = atOffset(o, offset);
       at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
         std::vector<T> cols(s.patch() * s.positions());
         for (int64_t unit = begin; unit < end; ++unit) {
@@ -254,15 +255,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
     const int64_t oc_g = s.groupOutChannels();
     const int64_t cols_size = s.patch() * s.positions();
     const int64_t image_size = input.numel();
-    blas::launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
-      const T* kgo = blas::onDevice(go, offset);
-      const T* kin = blas::onDevice(in, offset);
-      const T* kw = blas::onDevice(w, offset);
+    launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
+      const T* kgo = atOffset(go, offset);
+      const T* kin = atOffset(in, offset);
+      const T* kw = atOffset(w, offset);
       // grad_out of unit (n, g) as an (oc_g, positions) matrix.
       const auto grad_out = [&](int64_t n, int64_t g) {
         return kgo + (n * s.out_channels + g * oc_g) * s.positions();
       };
-      if (T* kgi = blas::onDevice(gi, offset)) {
+      if (T* kgi = atOffset(gi, offset)) {
         fillZero(kgi, image_size);
         at::parallel_for(0, s.units(), 1, [&](int64_t begin, int64_t end) {
           std::vector<T> cols(cols_size);
@@ -277,7 +278,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
           }
         });
       }
-      if (T* kgw = blas::onDevice(gw, offset)) {
+      if (T* kgw = atOffset(gw, offset)) {
         std::vector<T> cols(cols_size);
         for (int64_t g = 0; g < s.groups; ++g) {
           T* grad_w = kgw + g * oc_g * s.patch();
@@ -296,7 +297,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
           }
         }
       }
-      if (T* kgb = blas::onDevice(gb, offset)) {
+      if (T* kgb = atOffset(gb, offset)) {
         biasGradient(s, kgo, kgb);
       }
     });
@@ -308,12 +309,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
 // ember-book: end convolution_kernels
 
 // ember-book: begin convolution
-namespace ember {
-// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
-// the CPU's kernel on the device's memory.
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-} // namespace ember
-
 namespace ember::conv {
 
 // conv1d/2d/3d, Conv2d, F.conv2d with padding="same", ... all end in

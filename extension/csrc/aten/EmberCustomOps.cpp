@@ -15,8 +15,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "driver/ember_driver.h"
-#include "runtime/EmberCheck.h"
+#include "aten/EmberLaunch.h"
 
 // ember-book: begin custom_abs
 namespace ember {
@@ -28,32 +27,6 @@ void absLoop(const scalar_t* in, scalar_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = std::abs(in[i]);
   }
-}
-
-// What one launch needs, with device addresses as the tensors hold them. The
-// kernel reports a driver failure in `status`: it must not throw.
-template <typename scalar_t>
-struct AbsLaunch {
-  const scalar_t* in;
-  scalar_t* out;
-  int64_t n;
-  emError_t status;
-};
-
-// Runs on the device: the driver calls it inside emLaunchKernel. Device
-// address p is accessible here at p + offset, and only here.
-template <typename scalar_t>
-void absKernel(void* arg) {
-  auto& launch = *static_cast<AbsLaunch<scalar_t>*>(arg);
-  ptrdiff_t offset = 0;
-  launch.status = emGetKernelOffset(&offset);
-  if (launch.status != emSuccess) {
-    return;
-  }
-  absLoop(reinterpret_cast<const scalar_t*>(
-              reinterpret_cast<const char*>(launch.in) + offset),
-          reinterpret_cast<scalar_t*>(reinterpret_cast<char*>(launch.out) + offset),
-          launch.n);
 }
 
 // The checks both kernels make, before any work: a clear error names the
@@ -92,14 +65,15 @@ at::Tensor customAbsEmber(const at::Tensor& self) {
     return out;
   }
   AT_DISPATCH_FLOATING_TYPES(self.scalar_type(), "custom_abs_ember", [&] {
-    AbsLaunch<scalar_t> launch{self.const_data_ptr<scalar_t>(),
-                               out.mutable_data_ptr<scalar_t>(), self.numel(),
-                               emSuccess};
-    // Every buffer the kernel touches is named, so the driver maps it.
-    void* buffers[] = {const_cast<void*>(self.const_data_ptr()),
-                       out.mutable_data_ptr()};
-    EMBER_CHECK(emLaunchKernel(&absKernel<scalar_t>, &launch, buffers, 2));
-    EMBER_CHECK(launch.status);
+    const scalar_t* in = self.const_data_ptr<scalar_t>();
+    scalar_t* result = out.mutable_data_ptr<scalar_t>();
+    const int64_t n = self.numel();
+    // The loop runs on the device, through chapter 04's launch: every buffer
+    // it touches is named (the driver maps exactly those), and it reaches
+    // them at address + offset. An error inside comes out after the launch.
+    launch({in, result}, [&](ptrdiff_t offset) {
+      absLoop(atOffset(in, offset), atOffset(result, offset), n);
+    });
   });
   return out;
 }

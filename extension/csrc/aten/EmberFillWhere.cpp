@@ -18,6 +18,7 @@
 
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin fill_where
 #pragma GCC push_options
@@ -179,9 +180,6 @@ namespace ember {
 // loops lack (float16 and bfloat16 under autocast, ...) with the CPU's
 // kernels on the device's memory; meta() checks the arguments and sizes
 // the out= tensor first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 at::Tensor& clamp_min_out(const at::Tensor& self, const at::Scalar& min,
                           at::Tensor& out) {
   using Native = at::native::structured_clamp_min_out;

@@ -1,6 +1,6 @@
 // Kernels whose arithmetic is ATen's CPU code, run inside an ember launch on
 // the device's own memory: what chapter 12's normalization, pooling and loss
-// kernels (and the revised matrix products) are written with.
+// kernels (and the revised chapter 04 kernels) are written with.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,16 +8,16 @@
 #include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include <array>
 #include <exception>
 #include <initializer_list>
 #include <optional>
 
-#include "aten/EmberBlas.h"
+#include "aten/EmberLaunch.h"
 
 // ember-book: begin host_kernels
 namespace ember {
@@ -66,40 +66,31 @@ inline const at::Tensor& orUndefined(const std::optional<at::Tensor>& t) {
 template <typename Body>
 void onHost(const char* op, c10::Device device,
             c10::ArrayRef<const at::Tensor*> tensors, const Body& body) {
-  constexpr size_t kMax = 12;
-  TORCH_CHECK(tensors.size() <= kMax, "ember: ", op, " passes ", tensors.size(),
-              " tensors to a host kernel, at most ", kMax);
-  std::array<const void*, kMax> buffers{};
-  size_t i = 0;
+  c10::SmallVector<const void*, 8> buffers;
   for (const at::Tensor* t : tensors) {
     if (t != nullptr && t->defined() && !(t->is_cpu() && t->dim() == 0)) {
       TORCH_CHECK(t->device() == device, "ember: ", op, " expects all ",
                   "tensors on ", device, ", got one on ", t->device());
-      buffers[i] = t->data_ptr();
+      buffers.push_back(t->data_ptr());
     }
-    ++i;
   }
-  blas::launch({buffers[0], buffers[1], buffers[2], buffers[3], buffers[4],
-                buffers[5], buffers[6], buffers[7], buffers[8], buffers[9],
-                buffers[10], buffers[11]},
-               [&](ptrdiff_t offset) {
-                 try {
-                   body(HostView(offset));
-                 } catch (c10::Error& e) {
-                   // Same error type (an IndexError stays one), one more line.
-                   e.add_context(c10::str("ember: in ", op, " on ", device));
-                   throw;
-                 }
-               });
+  launch(buffers, [&](ptrdiff_t offset) {
+    try {
+      body(HostView(offset));
+    } catch (c10::Error& e) {
+      // Same error type (an IndexError stays one), one more line.
+      e.add_context(c10::str("ember: in ", op, " on ", device));
+      throw;
+    }
+  });
 }
+
+// The boxed host kernel (host_kernel, EmberHostKernel.cpp): any operator
+// computed by the CPU's kernel on host views of ember's memory. Chapter 04's
+// kernels, as this chapter revises them, send it the dtypes their loops are
+// not compiled for: loopsCompute says whether the loops take every tensor.
+bool loopsCompute(std::initializer_list<at::Tensor> tensors);
+void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 } // namespace ember
 // ember-book: end host_kernels
-
-namespace ember {
-// Defined in EmberHostKernel.cpp (the host_kernel part); the revised chapter
-// 04 parts declare them again in their own code, which the book compiles
-// before chapter 12's parts.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-} // namespace ember

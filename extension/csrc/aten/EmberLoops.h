@@ -1,7 +1,6 @@
-// Running ATen's TensorIterator loops as ember kernels: the launch (device
-// pointers translated, every operand handed to the driver), the elementwise
-// loops the STUB kernels are written with, and the RAII slot registration
-// for a DispatchStub's PrivateUse1 entry.
+// Running ATen's TensorIterator loops as ember kernels: the elementwise loops
+// the STUB kernels are written with (launched by EmberLaunch.h), and the RAII
+// slot registration for a DispatchStub's PrivateUse1 entry.
 #pragma once
 
 #include <ATen/native/DispatchStub.h>
@@ -14,10 +13,8 @@
 #include <c10/util/SmallVector.h>
 
 #include <array>
-#include <exception>
 
-#include "runtime/EmberCheck.h"
-#include "driver/ember_driver.h"
+#include "aten/EmberLaunch.h"
 
 // ember-book: begin stub_registration
 namespace ember {
@@ -54,78 +51,6 @@ class PrivateUse1StubSlot {
   static ::ember::PrivateUse1StubSlot<decltype(at::native::stub)>          \
       ember_stub_slot_##stub(at::native::stub, kernel)
 // ember-book: end stub_registration
-
-// ember-book: begin kernel_launch
-namespace ember {
-
-// Where a running kernel reaches the operands of a TensorIterator. Tensors
-// hold device addresses; the kernel reads and writes device memory at
-// address + offset (the driver's emGetKernelOffset). A CPU scalar (the 2 in
-// `a * 2`, a 0-dim CPU tensor TensorIterator lets in next to device tensors)
-// lives in host memory and gets offset 0.
-struct KernelOperands {
-  static constexpr int kMax = 8;
-  std::array<ptrdiff_t, kMax> offset{};
-
-  template <typename T>
-  T* at(char* const* data, int index) const {
-    return reinterpret_cast<T*>(data[index] + offset[index]);
-  }
-};
-
-// Runs body(operands) on the device: inside emLaunchKernel, with every device
-// operand's memory handed to the driver. Argument checks happen before the
-// launch; anything thrown inside is carried out as an exception_ptr, since a
-// kernel function must not throw through the driver's C API.
-inline void launch(const char* op, const at::TensorIteratorBase& iter,
-                   c10::function_ref<void(const KernelOperands&)> body) {
-  const int count = iter.ntensors();
-  TORCH_CHECK(count <= KernelOperands::kMax, "ember: ", op, " has ", count,
-              " operands; the kernel launcher takes at most ",
-              KernelOperands::kMax);
-  c10::SmallVector<void*, KernelOperands::kMax> buffers;
-  std::array<bool, KernelOperands::kMax> on_device{};
-  for (int i = 0; i < count; ++i) {
-    on_device[i] = iter.device(i).is_privateuseone();
-    if (on_device[i]) {
-      buffers.push_back(iter.data_ptr(i)); // interior pointers are fine
-    } else {
-      // TensorIterator has refused any other mix of devices already.
-      TORCH_CHECK(iter.is_cpu_scalar(i), "ember: ", op, " got an operand on ",
-                  iter.device(i), " next to ember tensors");
-    }
-  }
-  struct Launch {
-    c10::function_ref<void(const KernelOperands&)> body;
-    std::array<bool, KernelOperands::kMax> on_device;
-    std::exception_ptr error;
-    static void run(void* arg) {
-      auto* self = static_cast<Launch*>(arg);
-      try {
-        // Once per launch, on the launching thread: the worker threads a
-        // loop fans out to are not "in the kernel" for the driver.
-        ptrdiff_t offset = 0;
-        EMBER_CHECK(emGetKernelOffset(&offset));
-        KernelOperands operands;
-        for (int i = 0; i < KernelOperands::kMax; ++i) {
-          operands.offset[i] = self->on_device[i] ? offset : 0;
-        }
-        self->body(operands);
-      } catch (...) {
-        self->error = std::current_exception();
-      }
-    }
-  };
-  Launch state{body, on_device, nullptr};
-  EMBER_CHECK(emLaunchKernel(&Launch::run, &state, buffers.data(),
-                             buffers.size()));
-  if (state.error) {
-    std::rethrow_exception(state.error);
-  }
-}
-
-} // namespace ember
-// ember-book: end kernel_launch
 
 // ember-book: begin elementwise_loops
 namespace ember {

@@ -143,21 +143,9 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self,
   return grad_input;
 }
 
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
-// mse_loss and smooth_l1_loss have no kernel of a backend's own but the
-// out= one: ATen's default kernel runs their meta function, which resizes
-// a fresh output to the loss's 0-dim shape, then calls the out= operator,
-// whose meta function (in the CPU fallback) resizes that 0-dim out= tensor
-// to the inputs' shape and back, with the warning "An output with one or
-// more elements was resized". The CPU's own functional kernels do not warn:
-// the host kernel runs them, on the device's memory.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nll_loss_forward", TORCH_FN(nll_loss_forward));
   m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
-  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
-  m.impl("smooth_l1_loss",
-         torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
 }
 
 } // namespace ember

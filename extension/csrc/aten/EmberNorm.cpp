@@ -126,10 +126,6 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
           output_mask[2] ? grad_bias : Tensor()};
 }
 
-// Chapter 12's host kernel (EmberHostKernel.cpp): an operator computed by
-// the CPU's kernel on the device's memory.
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 // Layer and group normalization: their default kernels for a backend
 // without its own (math_native_layer_norm, math_group_norm) compose ember's
 // operators, and in bfloat16 or float16 each step (mean, variance, the

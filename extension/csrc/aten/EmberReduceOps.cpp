@@ -9,6 +9,7 @@
 
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin reductions
 #pragma GCC push_options
@@ -76,9 +77,6 @@ namespace ember {
 // Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 // float16 and bfloat16 sums accumulate in float32 there, as on the CPU.
 at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
                     bool keepdim, std::optional<at::ScalarType> dtype,

@@ -19,6 +19,7 @@
 
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
+#include "aten/EmberHostKernels.h"
 
 // ember-book: begin abs_stub
 #pragma GCC push_options
@@ -49,9 +50,6 @@ namespace ember {
 // Other dtypes than the loops' (float16, bfloat16, complex: |z| is a real)
 // go to chapter 12's host kernel (EmberHostKernel.cpp), which computes with
 // the CPU's kernel on the device's memory; out is sized first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
   if (loopsCompute({out, self})) {
     return at::native::abs_out(self, out);
@@ -119,9 +117,6 @@ namespace ember {
 // Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
-bool loopsCompute(std::initializer_list<at::Tensor> tensors);
-void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
 // These operators are structured: ATen's class for the op runs meta() and
 // impl(); structuredOut supplies the out= tensor (see structured_out).
 #define EMBER_UNARY_OUT(name)                                               \

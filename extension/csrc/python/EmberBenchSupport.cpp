@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/EmberLaunch.h"
 #include "driver/ember_driver.h"
 
 namespace ember {
@@ -60,28 +61,20 @@ const bool registered = [] {
   return true;
 }();
 
-struct TouchArgs {
-  char* device_ptr;
-  size_t nbytes;
-};
-
-// A kernel: one byte written in every 4 KiB page of the buffer.
-void touchKernel(void* arg) {
-  const auto* args = static_cast<const TouchArgs*>(arg);
-  ptrdiff_t offset = 0;
-  if (emGetKernelOffset(&offset) != emSuccess) {
-    return;
-  }
-  char* host_view = args->device_ptr + offset;
-  for (size_t i = 0; i < args->nbytes; i += 4096) {
-    host_view[i] = 1;
-  }
-}
-
+// A kernel, launched as every ember kernel is (ember::launch): one byte
+// written in every 4 KiB page of the buffer. false if the launch failed.
 bool touchPages(void* device_ptr, size_t nbytes) {
-  TouchArgs args{static_cast<char*>(device_ptr), nbytes};
-  void* const buffers[] = {device_ptr};
-  return emLaunchKernel(&touchKernel, &args, buffers, 1) == emSuccess;
+  try {
+    launch({device_ptr}, [&](ptrdiff_t offset) {
+      char* data = atOffset(static_cast<char*>(device_ptr), offset);
+      for (size_t i = 0; i < nbytes; i += 4096) {
+        data[i] = 1;
+      }
+    });
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 } // namespace

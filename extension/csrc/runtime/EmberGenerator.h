@@ -1,5 +1,5 @@
-// What random kernels (EmberRandom.cpp) get from ember's generator
-// (EmberGenerator.cpp): a seed and a range of counter values.
+// ember's generator as the random kernels (aten/EmberRandom.cpp) see it
+// (runtime/EmberGenerator.cpp): a seed and a range of counter values.
 #pragma once
 
 #include <ATen/core/Generator.h>

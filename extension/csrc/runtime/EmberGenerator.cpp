@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "aten/EmberRandom.h"
+#include "runtime/EmberGenerator.h"
 #include "driver/ember_driver.h"
 #include "runtime/EmberCheck.h"
 #include "runtime/EmberHooks.h"
