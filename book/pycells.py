@@ -14,14 +14,13 @@ edited prints a note saying so, as ``%%cpp --stable`` does.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from book.paths import CHAPTERS
-from book.regions import chapter_paths, normalize
+from book.regions import chapter_paths, code_cells, normalize
 
 MAGIC = "py"
 _MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<name>[A-Za-z_][\w.-]*)\s*$")
@@ -63,15 +62,8 @@ def parse_magic(cell_source: str) -> tuple[str, str] | None:
 
 def parts_in_notebook(path: Path) -> list[PyPart]:
     """The Python parts a notebook file shows, in cell order."""
-    notebook = json.loads(path.read_text())
-    parts = []
-    for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        parsed = parse_magic("".join(cell["source"]))
-        if parsed:
-            parts.append(PyPart(path.stem, *parsed))
-    return parts
+    parsed = (parse_magic(source) for source in code_cells(path))
+    return [PyPart(path.stem, name, body) for name, body in filter(None, parsed)]
 
 
 def chapter_parts(notebooks: list[Path] | None = None) -> list[PyPart]:

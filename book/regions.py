@@ -123,18 +123,16 @@ def normalize(body: str) -> str:
     return body.rstrip("\n") + "\n"
 
 
+def code_cells(path: Path) -> list[str]:
+    """The sources of a notebook file's code cells, in cell order."""
+    notebook = json.loads(path.read_text())
+    return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
 def parts_in_notebook(path: Path) -> list[CppPart]:
     """The C++ parts a notebook file shows, in cell order."""
-    notebook = json.loads(path.read_text())
-    parts = []
-    for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        parsed = parse_magic("".join(cell["source"]))
-        if parsed:
-            name, body, stable = parsed
-            parts.append(CppPart(path.stem, name, body, stable))
-    return parts
+    parsed = (parse_magic(source) for source in code_cells(path))
+    return [CppPart(path.stem, name, body, stable) for name, body, stable in filter(None, parsed)]
 
 
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:

@@ -107,16 +107,8 @@ __all__ = [  # the bottom layer's region reading, re-exported for the check's ca
 def python_placements(parts: list[pycells.PyPart]) -> list[tuple[pycells.PyPart, Place]]:
     """Each `%%py` cell, in book order, with the place of the region it must equal: the last
     version of a name is the package's, version K before it is history's NAME.vK."""
-    count = Counter(part.name for part in parts)
-    seen: Counter[str] = Counter()
-    placed: list[tuple[pycells.PyPart, Place]] = []
-    for part in parts:
-        seen[part.name] += 1
-        if seen[part.name] == count[part.name]:
-            placed.append((part, ("package", part.name)))
-        else:
-            placed.append((part, (f"history/{part.chapter}", f"{part.name}.v{seen[part.name]}")))
-    return placed
+    versions = _Versions(part.name for part in parts)
+    return [(part, versions.place(part.name, part.chapter, "package")) for part in parts]
 
 
 def _describe_python(place: Place, extension: Path) -> str:
@@ -156,22 +148,31 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
 
 def placements(parts: list[CppPart]) -> list[tuple[CppPart, Place]]:
     """Each part shown, in book order, with the place of the region it must equal."""
-    count = Counter(part.name for part in parts if not part.is_exercise and not part.stable)
-    seen: Counter[str] = Counter()
+    versions = _Versions(part.name for part in parts if not part.is_exercise and not part.stable)
     placed: list[tuple[CppPart, Place]] = []
     for part in parts:
         if part.is_exercise:
             placed.append((part, (f"exercises/{part.chapter}", part.name)))
-            continue
-        if part.stable:  # one version: the stable library's source as it is
-            placed.append((part, ("csrc", part.name)))
-            continue
-        seen[part.name] += 1
-        if seen[part.name] == count[part.name]:  # the latest version: the package's
+        elif part.stable:  # one version: the stable library's source as it is
             placed.append((part, ("csrc", part.name)))
         else:
-            placed.append((part, (f"history/{part.chapter}", f"{part.name}.v{seen[part.name]}")))
+            placed.append((part, versions.place(part.name, part.chapter, "csrc")))
     return placed
+
+
+class _Versions:
+    """Numbers the versions of each name in book order: the last is the package's (in `latest`),
+    version K before it is the history region NAME.vK of the chapter that shows it."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.count = Counter(names)
+        self.seen: Counter[str] = Counter()
+
+    def place(self, name: str, chapter: str, latest: str) -> Place:
+        self.seen[name] += 1
+        if self.seen[name] == self.count[name]:
+            return (latest, name)
+        return (f"history/{chapter}", f"{name}.v{self.seen[name]}")
 
 
 def _describe(place: Place, extension: Path) -> str:
