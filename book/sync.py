@@ -54,8 +54,9 @@ import difflib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from book import pycells
 from book.paths import CSRC, EXTENSION, REPO
@@ -124,17 +125,41 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
         regions = python_regions(extension)
     except ValueError as error:
         return [str(error)]
-    found: list[str] = []
-    shown: dict[Place, pycells.PyPart] = {}
     paths = list(notebooks) if notebooks is not None else None
-    for part, place in python_placements(pycells.chapter_parts(paths)):
+    return _compare(
+        python_placements(pycells.chapter_parts(paths)),
+        regions,
+        latest="package",
+        kind="Python region",
+        describe=lambda place: _describe_python(place, extension),
+    )
+
+
+def _compare(
+    placed: list[tuple[Any, Place]],
+    regions: dict[Place, Any],
+    latest: str,
+    kind: str,
+    describe: Callable[[Place], str],
+    kind_problem: Callable[[Any, Any], str | None] = lambda part, region: None,
+) -> list[str]:
+    """What differs between the parts shown, each at its place, and the regions: a name used twice, a
+    missing region, a wrong kind of cell, a text that differs, a region no chapter shows. One check
+    for C++ (`latest` "csrc") and Python ("package")."""
+    found: list[str] = []
+    shown: dict[Place, Any] = {}
+    for part, place in placed:
         if place in shown:
             found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
             continue
         shown[place] = part
-        region = history_text(regions, place, "package")
+        region = history_text(regions, place, latest)
         if region is None:
-            found.append(f"{part.origin}: no Python region {_describe_python(place, extension)}")
+            found.append(f"{part.origin}: no {kind} {describe(place)}")
+            continue
+        problem = kind_problem(part, region)
+        if problem is not None:
+            found.append(problem)
         elif region.text != part.source:
             diff = difflib.unified_diff(
                 region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""
@@ -142,7 +167,7 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
             found.append(f"{part.origin} differs from {region.where}:\n" + "\n".join(diff))
     for place, region in regions.items():
         if place not in shown:
-            found.append(f"{region.where}: Python region {place[1]!r} is not shown by any chapter")
+            found.append(f"{region.where}: {kind} {place[1]!r} is not shown by any chapter")
     return found
 
 
@@ -218,29 +243,14 @@ def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTE
         regions = all_regions(extension)
     except ValueError as error:  # a region never closed, a history difference that no longer applies
         return [str(error)]
-    found: list[str] = []
-    shown: dict[Place, CppPart] = {}
-    for part, place in placements(chapter_parts(notebooks)):
-        if place in shown:
-            found.append(f"{part.origin}: the name {part.name!r} is also used by {shown[place].origin}")
-            continue
-        shown[place] = part
-        region = history_text(regions, place, "csrc")
-        if region is None:
-            found.append(f"{part.origin}: no region {_describe(place, extension)}")
-            continue
-        kind = _kind_problem(part, region, extension)
-        if kind is not None:
-            found.append(kind)
-        elif region.text != part.source:
-            diff = difflib.unified_diff(
-                region.text.splitlines(), part.source.splitlines(), region.where, part.origin, lineterm=""
-            )
-            found.append(f"{part.origin} differs from {region.where}:\n" + "\n".join(diff))
-    for place, region in regions.items():
-        if place not in shown:
-            found.append(f"{region.where}: region {place[1]!r} is not shown by any chapter")
-    return found
+    return _compare(
+        placements(chapter_parts(notebooks)),
+        regions,
+        latest="csrc",
+        kind="region",
+        describe=lambda place: _describe(place, extension),
+        kind_problem=lambda part, region: _kind_problem(part, region, extension),
+    )
 
 
 def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[Path]:
