@@ -2,7 +2,7 @@
 #   make book   build and render the book into _build/html
 #   make test   run the whole test suite (what CI runs)
 # and one opens the chapters to read and run them:
-#   make lab    JupyterLab on chapters/, with the finished package torch_ember installed (chapters 11
+#   make lab    JupyterLab on chapters/, with the finished package torch_ember installed (chapters 13
 #               and 12 use it). Arguments: PORT=8890 IP=0.0.0.0 LAB_ARGS="--no-browser" (any option of
 #               `jupyter lab`), e.g. `make lab PORT=8890 IP=0.0.0.0 LAB_ARGS=--no-browser` in a container.
 SHELL := /bin/bash
@@ -42,7 +42,7 @@ test: setup extension lint sync-check
 	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
 	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
 	# The reader's path, last (the chapter builds are cached by now): JupyterLab as `make lab` starts it,
-	# headless Chromium runs chapters 02 and 11 through its UI, on copies in a temporary folder.
+	# headless Chromium runs chapters 02 and 13 through its UI, on copies in a temporary folder.
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/test_lab_live.py
 
 lint: setup
@@ -68,12 +68,12 @@ bench: setup extension
 	$(PY) -m torch_ember.bench
 
 # After a kernel change: sweep PyTorch's OpInfo database again (ember against the CPU) and rewrite the
-# summary chapter 12 reads and the strict expected-failures file the package's tests check.
+# summary chapter 14 reads and the strict expected-failures file the package's tests check.
 conformance: setup extension
 	$(PY) extension/conformance --json extension/conformance/opinfo_summary.json --write-expected extension/conformance/opinfo_expected_failures.toml
 
 # JupyterLab for a reader: `make lab [PORT=8890] [IP=0.0.0.0] [LAB_ARGS="..."]`. It needs the installed
-# package (chapters 11 and 12 import torch_ember; the chapters' kernels still build their own backend,
+# package (chapters 13 and 14 import torch_ember; the chapters' kernels still build their own backend,
 # autoload off). Containers often run as root, which JupyterLab refuses without --allow-root.
 PORT ?=
 IP ?=

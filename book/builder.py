@@ -278,10 +278,10 @@ def _forget_cached_operators(namespaces: set[str]) -> None:
 
 
 def _return_cached_memory() -> None:
-    """Chapter 09's caching allocator keeps freed blocks as driver allocations: hand them back first.
+    """Chapter 11's caching allocator keeps freed blocks as driver allocations: hand them back first.
 
     Through its operator: torch.accelerator would ask only the process's accelerator, which PrivateUse1 is
-    not in chapter 11 before the renaming. Chapter 01's allocator caches nothing (and has no such operator).
+    not in chapter 13 before the renaming. Chapter 01's allocator caches nothing (and has no such operator).
     """
     if torch._C._dispatch_has_kernel("ember::_empty_cache"):
         torch.ops.ember._empty_cache()

@@ -7,13 +7,13 @@ forward (the device module, later the generator helpers and the renaming) is
 replayed from the chapters' own cells tagged ``carry-forward``.
 
 A carry-forward cell can be superseded by a later chapter that sets up the same
-state differently and can do so only once per process (chapter 06 registers
-the backend name "privateuseone", chapter 11 will register "ember"). Its cell
+state differently and can do so only once per process (chapter 08 registers
+the backend name "privateuseone", chapter 13 will register "ember"). Its cell
 metadata says from which chapter on it no longer runs::
 
-    {"tags": ["carry-forward"], "ember-book": {"superseded_by": 11}}
+    {"tags": ["carry-forward"], "ember-book": {"superseded_by": 13}}
 
-so chapter 11 (and every later one) starts without it.
+so chapter 13 (and every later one) starts without it.
 """
 
 from __future__ import annotations

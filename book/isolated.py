@@ -47,7 +47,7 @@ book_driver.use_library(pathlib.Path({driver!r}))
 driver = book_driver.driver().lib
 if {build!r}:
     torch.ops.load_library({build!r})
-if {rename!r}:  # chapter 11 on: the backend's name, as the reader's process registered it
+if {rename!r}:  # chapter 13 on: the backend's name, as the reader's process registered it
     torch.utils.rename_privateuse1_backend({backend!r})
 if {register!r}:
     torch._register_device_module({backend!r}, book_driver.device_module())

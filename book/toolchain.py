@@ -196,7 +196,7 @@ def compile_once(output: Path, command: Callable[[Path], list[str]], doing: str,
 
 
 # Defined when compiling a unit that uses torch::autograd (book.units): the
-# prelude then also includes chapter 06's autograd headers. They are left out
+# prelude then also includes chapter 08's autograd headers. They are left out
 # of the other units' precompiled header because every unit pays for what a PCH
 # holds (GCC instantiates the header's pending templates in each unit): with
 # them an empty unit takes ~4 s, without ~2 s.

@@ -14,7 +14,7 @@ the way the package splits them into files:
   unit pays a fixed cost for the precompiled prelude, and more units than
   compilers would only add to it.
 - a unit that uses ``torch::autograd`` is compiled against a second
-  precompiled prelude that also holds chapter 06's autograd headers
+  precompiled prelude that also holds chapter 08's autograd headers
   (`book.toolchain.AUTOGRAD_FLAG`).
 
 A unit is its header parts, then its own parts, each in book order. Its text does not
@@ -70,7 +70,7 @@ class Unit:
 
     @cached_property
     def autograd(self) -> bool:
-        """Whether it is compiled against the prelude with chapter 06's autograd headers."""
+        """Whether it is compiled against the prelude with chapter 08's autograd headers."""
         return _AUTOGRAD.search(self.text) is not None
 
     @property

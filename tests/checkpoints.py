@@ -1,4 +1,4 @@
-"""Looking inside torch.save checkpoints, for the tests of chapter 10 and of the package's serialization.
+"""Looking inside torch.save checkpoints, for the tests of chapter 12 and of the package's serialization.
 
 A checkpoint is a zip archive whose `*/data.pkl` member holds the pickle, including each storage's location
 tag (e.g. "ember:0") and backend-metadata flags. Both test suites import this module (pytest puts tests/ on

@@ -99,7 +99,7 @@ def _shown_version(place: tuple[str, str]) -> dict[str, object]:
 
 def test_chapter_01s_memory_functions_as_shown_follow_the_driver(chapter01: builder.Build) -> None:
     # Chapter 01 shows the first version (extension/history/01_allocator.py, memory.v1); the package
-    # holds chapter 09's, which answers from the driver too while the allocator is chapter 01's.
+    # holds chapter 11's, which answers from the driver too while the allocator is chapter 01's.
     shown = _shown_version(("history/01_allocator", "memory.v1"))
     assert shown["memory_allocated"] is not torch.privateuseone.memory_allocated
     storage = torch.UntypedStorage(64, device="privateuseone:0")

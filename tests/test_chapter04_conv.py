@@ -5,7 +5,7 @@ The chapter shows two versions of the `convolution` part. The first registers a 
 falls to the autograd fallback and the gradients are silently lost. The second overrides
 `convolution_overrideable` and `convolution_backward_overrideable`, and gradients equal the CPU's.
 
-backward() on ember needs the backend name registered (chapter 06 does it), so every backward
+backward() on ember needs the backend name registered (chapter 08 does it), so every backward
 runs in a child process that registers it first (book.run_isolated, same build loaded).
 """
 
@@ -104,7 +104,7 @@ def test_the_first_version_silently_loses_the_gradients(first_version: builder.B
 
 
 def test_backward_needs_the_backend_name(first_version: builder.Build) -> None:
-    # Without chapter 06's registration the autograd engine refuses ember tensors.
+    # Without chapter 08's registration the autograd engine refuses ember tensors.
     result = run_isolated(BACKWARD.format(register=""))
     assert not result.ok
     assert "Cannot access accelerator device when none is available." in result.stderr

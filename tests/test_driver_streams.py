@@ -1,7 +1,7 @@
 """The driver's streams and sync events through torch_ember/driver.py's ctypes face (no PyTorch).
 
 The C++ self-test (tests/extension/driver) covers the semantics in depth; these tests check what
-chapter 09 and the device module rely on from Python: argument types, bool queries, and errors
+chapter 11 and the device module rely on from Python: argument types, bool queries, and errors
 that name the stream, event or device.
 """
 

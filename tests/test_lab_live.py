@@ -36,7 +36,7 @@ from chromium import start_chromium
 ROOT = Path(__file__).resolve().parent.parent
 JUPYTER = Path(sys.executable).with_name("jupyter")
 SOURCE = Path(os.environ.get("EMBER_LAB_TEST_CHAPTERS") or ROOT / "chapters")
-CHAPTERS = ["02_minimal_ops.ipynb", "11_renaming.ipynb"]
+CHAPTERS = ["02_minimal_ops.ipynb", "13_renaming.ipynb"]
 WIDGET_CHAPTER = "02_minimal_ops.ipynb"  # its dispatch tables get the live controls
 START_TIMEOUT = 60  # s, JupyterLab's server up
 RUN_TIMEOUT = 240  # s per chapter (a warm cache runs each in well under a minute)

@@ -18,16 +18,16 @@ from book.paths import REPO
 
 NO_GENERATOR = (
     "ember: cannot create a random number generator: "
-    "no random number generator is registered (chapter 08 adds one)"
+    "no random number generator is registered (chapter 10 adds one)"
 )
 
-# A chapter build's part that plugs two slots, as chapter 08 (generator) and
-# chapter 10 (backend metadata) will.
+# A chapter build's part that plugs two slots, as chapter 10 (generator) and
+# chapter 12 (backend metadata) will.
 PLUG_SOURCE = """\
 #include "runtime/EmberHooks.h"
 
 namespace {
-// Stands in for chapter 08's generator: says which device it was asked for.
+// Stands in for chapter 10's generator: says which device it was asked for.
 at::Generator testNewGenerator(c10::DeviceIndex device) {
   TORCH_CHECK(false, "test plug: a generator for device ", static_cast<int>(device));
 }

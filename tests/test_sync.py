@@ -148,19 +148,19 @@ def test_the_chapters_show_the_packages_python():
     placed = {(part.origin, place) for part, place in sync.python_placements(pycells.chapter_parts())}
     assert ("01_allocator.ipynb[devices]", ("package", "devices")) in placed
     assert ("01_allocator.ipynb[memory]", ("history/01_allocator", "memory.v1")) in placed
-    assert ("09_device_guard.ipynb[memory]", ("package", "memory")) in placed
-    assert ("07_autocast.ipynb[amp]", ("package", "amp")) in placed
+    assert ("11_device_guard.ipynb[memory]", ("package", "memory")) in placed
+    assert ("09_autocast.ipynb[amp]", ("package", "amp")) in placed
     assert sync.python_problems() == []
 
 
 def test_an_edited_python_cell_is_reported(tmp_path):
     copies = copy_chapters(tmp_path)
-    chapter07 = next(p for p in copies if p.stem == "07_autocast")
+    chapter07 = next(p for p in copies if p.stem == "09_autocast")
     edit_py_cell(chapter07, "amp", lambda s: s.replace("torch.bfloat16]", "torch.bfloat16, torch.float32]"))
     problems = sync.python_problems(notebooks=copies)
     assert len(problems) == 1
     assert problems[0].startswith(
-        "07_autocast.ipynb[amp] differs from extension/torch_ember/device_module/mixed_precision.py:"
+        "09_autocast.ipynb[amp] differs from extension/torch_ember/device_module/mixed_precision.py:"
     )
     assert "+    return [torch.float16, torch.bfloat16, torch.float32]" in problems[0]
     assert problems[0] in sync.problems(notebooks=copies)  # what `python -m book.sync --check` reports
@@ -179,10 +179,10 @@ def test_an_edited_earlier_python_version_is_reported_against_history(tmp_path):
 
 def test_a_python_region_no_chapter_shows_is_reported(tmp_path):
     copies = copy_chapters(tmp_path)
-    chapter07 = next(p for p in copies if p.stem == "07_autocast")
+    chapter07 = next(p for p in copies if p.stem == "09_autocast")
     edit_py_cell(chapter07, "amp", lambda s: s.replace("%%py amp", "%%py renamed_amp", 1))
     problems = sync.python_problems(notebooks=copies)
-    assert any("07_autocast.ipynb[renamed_amp]: no Python region" in p for p in problems)
+    assert any("09_autocast.ipynb[renamed_amp]: no Python region" in p for p in problems)
     assert any(
         "mixed_precision.py:" in p and "region 'amp' is not shown by any chapter" in p for p in problems
     )
@@ -190,7 +190,7 @@ def test_a_python_region_no_chapter_shows_is_reported(tmp_path):
 
 def test_write_restores_an_edited_python_cell(tmp_path):
     copies = copy_chapters(tmp_path)
-    chapter09 = next(p for p in copies if p.stem == "09_device_guard")
+    chapter09 = next(p for p in copies if p.stem == "11_device_guard")
     edit_py_cell(chapter09, "streams", lambda s: s + "\n# stray edit")
     assert sync.python_problems(notebooks=copies)
     assert chapter09 in sync.write(notebooks=copies)
@@ -208,9 +208,9 @@ def test_python_region_markers(tmp_path):
 
 
 def test_a_python_cell_run_as_shown_prints_nothing_and_an_edited_one_a_note():
-    (part, *_) = [p for p in pycells.chapter_parts() if p.chapter == "07_autocast" and p.name == "amp"]
-    assert pycells.edit_note("07_autocast", "amp", part.source) is None
-    note = pycells.edit_note("07_autocast", "amp", part.source + "# edited\n")
+    (part, *_) = [p for p in pycells.chapter_parts() if p.chapter == "09_autocast" and p.name == "amp"]
+    assert pycells.edit_note("09_autocast", "amp", part.source) is None
+    note = pycells.edit_note("09_autocast", "amp", part.source + "# edited\n")
     assert note is not None and "changes nothing" in note
 
 

@@ -41,12 +41,12 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
 
 
 def test_a_unit_opens_with_its_header_parts_so_a_revised_part_sees_its_chapters_headers():
-    # A revision keeps its part's first place in the build: chapter 12's version of a
-    # chapter 04 part comes before chapter 12's header parts in book order, yet calls
+    # A revision keeps its part's first place in the build: chapter 14's version of a
+    # chapter 04 part comes before chapter 14's header parts in book order, yet calls
     # what they declare (as the package's file includes that header first).
-    declares = CppPart("12_capstone", "test_decl", "namespace ember { int declared(); }\n")
-    revised = source_part("12_capstone", "revised", "int revised() { return declared(); }")
-    new = source_part("12_capstone", "new", "int declared() { return 1; }")
+    declares = CppPart("14_capstone", "test_decl", "namespace ember { int declared(); }\n")
+    revised = source_part("14_capstone", "revised", "int revised() { return declared(); }")
+    new = source_part("14_capstone", "new", "int declared() { return 1; }")
     files = {"test_decl": "aten/Decl.h", "revised": "aten/A.cpp", "new": "aten/A.cpp"}
     (unit,) = units.split([revised, declares, new], files=files)
     assert [part.name for part in unit.parts] == ["test_decl", "revised", "new"]
@@ -54,7 +54,7 @@ def test_a_unit_opens_with_its_header_parts_so_a_revised_part_sees_its_chapters_
 
 
 def test_no_part_of_the_package_declares_the_host_kernel_by_hand():
-    # One declaration, in chapter 12's header part host_kernels (aten/EmberHostKernels.h).
+    # One declaration, in chapter 14's header part host_kernels (aten/EmberHostKernels.h).
     from book.paths import CSRC
 
     declaration = "void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);"
@@ -73,7 +73,7 @@ def test_a_chapters_units_are_the_same_text_in_every_later_chapters_build():
 
 
 def test_every_non_header_part_is_compiled_exactly_once():
-    parts = Chapter.of(6).parts_through()
+    parts = Chapter.of(8).parts_through()
     headers = units.header_part_names()
     split = units.split(parts)
     for part in parts:
@@ -172,9 +172,9 @@ def test_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
 
 
 def test_only_units_naming_torch_autograd_get_the_autograd_prelude():
-    plain = source_part("05_custom_ops", "plain", "int plain() { return 0; }")
+    plain = source_part("07_custom_ops", "plain", "int plain() { return 0; }")
     tag = uuid.uuid4().hex[:8]  # a new unit: it is compiled, not fetched from the cache
-    uses = source_part("06_autograd", "uses", f"using Context_{tag} = torch::autograd::AutogradContext;")
+    uses = source_part("08_autograd", "uses", f"using Context_{tag} = torch::autograd::AutogradContext;")
     split = units.split([plain, uses], files={"plain": "aten/A.cpp", "uses": "aten/B.cpp"})
     assert [unit.autograd for unit in split] == [False, True]
     assert "EMBER_BOOK_AUTOGRAD" in toolchain.prelude_text()

@@ -358,7 +358,7 @@ def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> Non
     [
         ("PrivateUse1", "<notebook cell>:12", tr.EMBER_KERNEL),  # the reader's Python kernel for ember
         ("SparseCPU", "<notebook cell>:12", tr.OTHER_KERNEL),  # the reader's, but not ember's (chapter 00)
-        ("CPU", "05_custom_ops.ipynb[custom_abs]:40", tr.EMBER_KERNEL),  # the book's C++, any key
+        ("CPU", "07_custom_ops.ipynb[custom_abs]:40", tr.EMBER_KERNEL),  # the book's C++, any key
         ("CPU", "build/aten/src/ATen/RegisterCPU_3.cpp:4482", tr.CPU_KERNEL),
     ],
 )

@@ -84,22 +84,22 @@
 // Chapter 04: at::parallel_for, for the matrix and convolution kernels.
 #include <ATen/Parallel.h>
 
-// Chapter 05: custom operators.
+// Chapter 07: custom operators.
 
-// Chapter 07: autocast. The wrapper templates, cached_cast and the list
+// Chapter 09: autocast. The wrapper templates, cached_cast and the list
 // macros (KERNEL_PRIVATEUSEONE, AT_FORALL_*); it includes ATen/ATen.h, most
 // of which the headers above already pulled in.
 #include <ATen/autocast_mode.h>
 
-// Chapter 08: random number generators.
+// Chapter 10: random number generators.
 
-// Chapter 09: streams and events.
+// Chapter 11: streams and events.
 
-// Chapter 10: serialization and storages.
+// Chapter 12: serialization and storages.
 
-// Chapter 11: renaming.
+// Chapter 13: renaming.
 
-// Chapter 06: autograd. Only in the units that use torch::autograd: book.units
+// Chapter 08: autograd. Only in the units that use torch::autograd: book.units
 // compiles those with EMBER_BOOK_AUTOGRAD, against a second precompiled
 // header. These headers would double every other unit's fixed cost (GCC
 // instantiates a PCH's pending templates in each unit that includes it).

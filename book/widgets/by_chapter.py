@@ -13,7 +13,7 @@ Three kinds of entries at ember's keys:
 * a kernel (or an alias-key kernel, e.g. a custom operator's CompositeExplicitAutograd kernel)
   registered by a chapter: one row per (operator, key);
 * a backend fallback or fallthrough registered by a chapter (chapter 03's CPU fallback, chapter
-  07's autocast fallthrough): one registration that serves every operator without a kernel of its
+  09's autocast fallthrough): one registration that serves every operator without a kernel of its
   own at that key, counted;
 * an entry the book did not register (PyTorch's composite kernels at ``PrivateUse1``, which call
   ember's kernels underneath): counted, attributed to no chapter.
@@ -38,7 +38,7 @@ EMBER_KEYS: tuple[str, ...] = (
     "NestedTensorPrivateUse1",
 )
 
-# A chapter build's registration location: "07_autocast.ipynb[autocast_fallthrough]:4".
+# A chapter build's registration location: "09_autocast.ipynb[autocast_fallthrough]:4".
 _ORIGIN = re.compile(r"^(?P<chapter>\d\d_\w+)\.ipynb\[(?P<part>[^\]]+)\]:\d+$")
 
 SHARED_KINDS = (t.FALLBACK, t.FALLTHROUGH)  # one registration for every operator

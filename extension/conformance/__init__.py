@@ -10,7 +10,7 @@ why). Its modules, by job:
   expected-failures file;
 - report.py: the summary JSON, its printout, and the expected-failures file's writer.
 
-The committed results live here too: opinfo_summary.json (the counts chapter 12 shows) and
+The committed results live here too: opinfo_summary.json (the counts chapter 14 shows) and
 opinfo_expected_failures.toml (every expected failure with its reason), both written by
 `make conformance` and checked by tests/extension/test_ember_opinfo.py. Run it as
 

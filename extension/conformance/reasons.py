@@ -41,7 +41,7 @@ REASONS: dict[str, tuple[str, str]] = {
         r"^(forward cov complex64|backward linalg\.eig float64):",
         "ember's complex matrix products read a lazily conjugated view (`.conj()`, `.mH`: is_conj()) as if "
         "it were not conjugated, so cov's values and linalg.eig's backward (whose phase check then raises) "
-        "are wrong. A bug in the chapter 12 BLAS kernels, reported; not a tolerance matter.",
+        "are wrong. A bug in the chapter 14 BLAS kernels, reported; not a tolerance matter.",
     ),
 }
 

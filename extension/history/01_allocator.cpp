@@ -16,7 +16,7 @@
 +// c10::DeviceGuard, the storage constructor, later our kernels. The current
 +// device itself lives in the driver, per host thread, as in CUDA.
 @@ -63,4 +51,2 @@ sha256:782e7e0af9
-+  // Streams come in chapter 09. Until then every device has one stream, the
++  // Streams come in chapter 11. Until then every device has one stream, the
 +  // default one, and work on it is synchronous.
 @@ -68,4 +54,1 @@ sha256:46e5be52e1
 +    return c10::Stream(c10::Stream::DEFAULT, device);
@@ -71,7 +71,7 @@
 +  // Allocator::clone() copies through this. The default (std::memcpy on
 +  // the host) would fault on ember memory: the driver must do the copy.
 @@ -101,49 +50,0 @@ sha256:33a4969b10
-@@ -152,12 +53,4 @@ sha256:04065ffa1a
+@@ -152,12 +53,4 @@ sha256:1341063074
 +// One allocator for all ember devices: allocate() reads the current device.
 +// Registered with priority 0 (the default).
 +static EmberAllocator ember_allocator;

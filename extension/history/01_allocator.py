@@ -29,7 +29,7 @@ functions without importing them.
 # +    """Bytes reserved from the driver: equal to `memory_allocated`, since nothing is
 # +    cached."""
 # +    return memory_allocated(device)
-# @@ -80,16 +31,2 @@ sha256:a379c5e419
+# @@ -80,16 +31,2 @@ sha256:ae863703c3
 # +    """Release cached device memory: nothing to do, every free goes straight to the
 # +    driver."""
 # ember-book: end memory.v1

@@ -23,7 +23,7 @@
 // ember-book: end convolution.v1
 
 // ember-book: begin fill_where.v1
-@@ -6,7 +6,2 @@ sha256:13cf79edc3
+@@ -6,7 +6,2 @@ sha256:ac52f9c68a
 +// need the element's size, not its dtype, and four copies cover every dtype
 +// up to 8 bytes.
 @@ -47,1 +41,0 @@ sha256:6d6bb5281f
@@ -41,7 +41,7 @@
 +              "float64 and int64 tensors, got ", dtype);
 @@ -55,1 +58,1 @@ sha256:afbe384665
 +void matmulInto(const at::Tensor& a, const at::Tensor& b,
-@@ -73,20 +76,2 @@ sha256:4e450dffd1
+@@ -73,20 +76,2 @@ sha256:51565007fd
 +  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, dtype, "ember_gemm", [&] {
 +    using T = scalar_t;
 @@ -101,1 +86,1 @@ sha256:737db166c7
@@ -57,7 +57,7 @@
 // ember-book: end blas_ops.v1
 
 // ember-book: begin binary_ops.v1
-@@ -49,3 +48,0 @@ sha256:18facd5332
+@@ -49,3 +48,0 @@ sha256:8906a7da61
 @@ -57,7 +54,2 @@ sha256:c14f586c8c
 +  return structuredOut<at::native::structured_ufunc_add_CPU>(out, self, other,
 +                                                             alpha);
@@ -70,7 +70,7 @@
 // ember-book: end binary_ops.v1
 
 // ember-book: begin comparison_ops.v1
-@@ -39,3 +38,0 @@ sha256:18facd5332
+@@ -39,3 +38,0 @@ sha256:8906a7da61
 @@ -47,7 +44,2 @@ sha256:12ed2fedc2
 +    return structuredOut<at::native::structured_##name##_Tensor_out>(        \
 +        out, self, other);                                                   \
@@ -80,13 +80,13 @@
 // ember-book: end comparison_ops.v1
 
 // ember-book: begin unary_ops.v1
-@@ -48,3 +47,0 @@ sha256:18facd5332
+@@ -48,3 +47,0 @@ sha256:8906a7da61
 @@ -55,7 +52,1 @@ sha256:544a8eacf3
 +    return structuredOut<at::native::structured_##name##_out>(out, self);   \
 // ember-book: end unary_ops.v1
 
 // ember-book: begin reductions.v1
-@@ -63,4 +62,0 @@ sha256:5b4085e437
+@@ -63,4 +62,0 @@ sha256:0de9bb2a42
 @@ -70,7 +66,2 @@ sha256:1a11affc9e
 +  return structuredOut<at::native::structured_sum_out>(out, self, dim, keepdim,
 +                                                       dtype);
@@ -96,7 +96,7 @@
 // ember-book: end reductions.v1
 
 // ember-book: begin convolution.v2
-@@ -7,6 +6,0 @@ sha256:a2a886861c
+@@ -7,6 +6,0 @@ sha256:10a3ec7838
 @@ -18,4 +12,6 @@ sha256:40fd12dd65
 +  constexpr const char* op = "aten::convolution_overrideable";
 +  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
@@ -114,7 +114,7 @@
 // ember-book: end convolution.v2
 
 // ember-book: begin relu_ops.v1
-@@ -36,4 +35,0 @@ sha256:8bb60c70c6
+@@ -36,4 +35,0 @@ sha256:5932a4d54f
 @@ -42,7 +38,1 @@ sha256:8e3fd871ef
 +  return structuredOut<at::native::structured_clamp_min_out>(out, self, min);
 @@ -55,9 +45,2 @@ sha256:6ac5560b0b
@@ -123,7 +123,7 @@
 // ember-book: end relu_ops.v1
 
 // ember-book: begin abs_out.v1
-@@ -5,3 +4,0 @@ sha256:20ab12e77e
+@@ -5,3 +4,0 @@ sha256:2d4741c62f
 @@ -9,6 +6,1 @@ sha256:708546bfef
 +  return at::native::abs_out(self, out);
 // ember-book: end abs_out.v1

@@ -1,7 +1,7 @@
-"""ember's custom operators written in Python (chapter 05).
+"""ember's custom operators written in Python (chapter 07).
 
 `ember::custom_abs` and `ember::custom_l1_loss` are C++ operators (csrc/aten/EmberCustomOps.cpp),
-with a C++ Meta kernel for fake tensors (and chapter 06's ember::custom_abs_ in EmberAutograd.cpp).
+with a C++ Meta kernel for fake tensors (and chapter 08's ember::custom_abs_ in EmberAutograd.cpp).
 The two operators here are defined with
 `torch.library.custom_op`, which writes the schema from the type annotations:
 
@@ -10,7 +10,7 @@ The two operators here are defined with
 * ``ember::soft_shrink_(Tensor(a!) x, float lambd) -> ()``: the same in place, a mutating operator
   (``mutates_args={"x"}``), which torch.compile functionalizes (``auto_functionalized``).
 
-The chapter shows the same functions in its cells; tests/test_chapter05_custom_ops.py checks that
+The chapter shows the same functions in its cells; tests/test_chapter07_custom_ops.py checks that
 their bodies match.
 """
 

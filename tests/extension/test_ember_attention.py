@@ -1,4 +1,4 @@
-"""Attention on the installed torch_ember (chapter 07): scaled_dot_product_attention asks ember's
+"""Attention on the installed torch_ember (chapter 09): scaled_dot_product_attention asks ember's
 choice (`_fused_sdp_choice_stub` and the `aten::_fused_sdp_choice` operator), runs ember's kernel for
 `_scaled_dot_product_fused_attention_overrideable` and its backward, and equals the math path and the
 CPU, forward and backward, in float32 and under autocast; the caller's `sdpa_kernel` choice holds."""

@@ -1,4 +1,4 @@
-"""Autocast and GradScaler on the installed torch_ember (chapter 07): the device module's AMP API, the
+"""Autocast and GradScaler on the installed torch_ember (chapter 09): the device module's AMP API, the
 AutocastPrivateUse1 wrappers and their policies, float16 and bfloat16 matrix products and convolutions,
 backward in the forward's dtype, GradScaler's device kernels, and clear errors and warnings for bad input."""
 
@@ -222,7 +222,7 @@ def test_float64_convolution_is_not_cast() -> None:
                 sample(1, 1, 4, 4).half().to(EMBER), sample(1, 1, 2, 2).to(EMBER)
             ),
             False,
-            # chapter 12: the host's convolution refuses the mix; ember adds the operator and device
+            # chapter 14: the host's convolution refuses the mix; ember adds the operator and device
             r"(?s)expected scalar type Half but found Float.*ember: in aten::convolution on ember:0",
         ),
     ],

@@ -258,7 +258,7 @@ def error(op: str, device: str, reason: str) -> str:
             error("aten::bmm.out", "ember:0", "expects equal batch sizes"),
         ),
     ],
-    # (int32 and complex products, transposed, 3-D and integer convolutions work since chapter 12's
+    # (int32 and complex products, transposed, 3-D and integer convolutions work since chapter 14's
     # host kernel: tests/extension/test_ember_nn.py)
     ids=[
         "mm_two_devices",

@@ -1,4 +1,4 @@
-"""The installed package's custom operators: the `ember` namespace (chapter 05).
+"""The installed package's custom operators: the `ember` namespace (chapter 07).
 
 ember::custom_abs (C++: CPU, ember and Meta kernels), ember::custom_l1_loss (a C++ composite
 calling custom_abs through the dispatcher) and the Python operators of torch_ember.custom_ops
@@ -25,7 +25,7 @@ def check_results(results: dict[str, object]) -> None:
     That test runs under torch.testing's freeze_rng_state, which saves and restores the RNG state of
     the current accelerator through its device module; ember is the accelerator once its backend
     name is registered, and its device module gets get_rng_state/set_rng_state with the generator
-    (chapter 08).
+    (chapter 10).
     """
     expected = dict.fromkeys(results, "SUCCESS")
     aot = results.get("test_aot_dispatch_dynamic")

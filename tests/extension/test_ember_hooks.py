@@ -66,7 +66,7 @@ def test_backward_on_ember_matches_cpu() -> None:
     torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
 
 
-# The slots' empty answers ("no random number generator is registered (chapter 08 adds one)") are
+# The slots' empty answers ("no random number generator is registered (chapter 10 adds one)") are
 # tested against the book's stable library (tests/test_stable.py): the package plugs every slot.
 @pytest.mark.parametrize("device", ["ember", "ember:1"])
 def test_the_package_plugs_a_generator_per_device(device: str) -> None:
@@ -97,7 +97,7 @@ def test_the_package_plugs_a_pinned_allocator() -> None:
 
 
 def test_a_plain_tensor_has_no_backend_metadata() -> None:
-    # Chapter 10's serializer writes flags only for a non-plain storage format:
+    # Chapter 12's serializer writes flags only for a non-plain storage format:
     # a plain ember tensor has no backend metadata, and torch.save/load still work.
     x = torch.tensor([1.0, 2.0, 3.0], device="ember:1")
     assert torch._C._get_tensor_metadata(x) == {}

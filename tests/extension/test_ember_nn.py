@@ -1,4 +1,4 @@
-"""Chapter 12's kernels: the training steps of a small MLP and CNN run natively on ember.
+"""Chapter 14's kernels: the training steps of a small MLP and CNN run natively on ember.
 
 Batch norm, max pooling, (log_)softmax and nll_loss, forward and backward, are ember kernels whose
 arithmetic is ATen's CPU code run inside a launch on the device's memory, so their results equal the
@@ -232,7 +232,7 @@ def test_in_place_float16_ops_write_the_device_tensor() -> None:
 
 
 def test_linear_with_bias_trains_under_autocast() -> None:
-    # Chapter 07's demos used bias=False: the bias gradient is a float16 sum, which had no kernel.
+    # Chapter 09's demos used bias=False: the bias gradient is a float16 sum, which had no kernel.
     torch.manual_seed(0)
     cpu_model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(EMBER)

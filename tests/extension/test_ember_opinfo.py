@@ -113,7 +113,7 @@ def test_a_crashing_worker_is_counted_and_the_chunk_goes_on() -> None:
 
 
 def test_checked_in_summary_is_current(summary: dict[str, Any]) -> None:
-    """Chapter 12 shows opinfo_summary.json: every field must be this sweep's (it holds no timings)."""
+    """Chapter 14 shows opinfo_summary.json: every field must be this sweep's (it holds no timings)."""
     if run.default_samples() != run.CI_SAMPLES:
         pytest.skip("the checked-in summary is the CI sweep's")
     saved = json.loads(report.SUMMARY_FILE.read_text(encoding="utf-8"))

@@ -105,7 +105,7 @@ def test_out_is_resized_and_written_in_place() -> None:
 
 
 def test_unsupported_dtype_names_op_dtype_and_device() -> None:
-    # Since chapter 12, dtypes the loops lack compute with the CPU's kernels on ember's memory (float16
+    # Since chapter 14, dtypes the loops lack compute with the CPU's kernels on ember's memory (float16
     # exp works); a dtype the CPU lacks too gets the CPU's error plus the operator and the device.
     with pytest.raises(
         NotImplementedError,

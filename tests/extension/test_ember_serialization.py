@@ -1,4 +1,4 @@
-"""Chapter 10 in the package: torch.save / torch.load of ember tensors, the storage format kept as
+"""Chapter 12 in the package: torch.save / torch.load of ember tensors, the storage format kept as
 backend metadata, storage resize through the hooks, and what ember refuses (a checkpoint for a missing
 device, sharing device memory across processes, unknown format flags), each with a clear error."""
 

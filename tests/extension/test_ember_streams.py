@@ -1,4 +1,4 @@
-"""Streams, events, pinned memory and non_blocking copies of the installed torch_ember package (chapter 09).
+"""Streams, events, pinned memory and non_blocking copies of the installed torch_ember package (chapter 11).
 
 `torch.ember` is the device module; `torch.Stream`, `torch.Event` and `torch.accelerator` reach ember's device
 guard. Races are made deterministic with `torch.ember._sleep`: the side stream is busy for far longer than the

@@ -1,11 +1,11 @@
-// Mixed precision on ember (chapter 07): what autocast and GradScaler need
+// Mixed precision on ember (chapter 09): what autocast and GradScaler need
 // from the device beyond the autocast wrappers (EmberAutocast.cpp).
 //
 // - Matrix products in float16 and bfloat16. The simulated device's gemm
 //   computes in float32 (EmberBlas.h); like a tensor core it takes the
 //   lower-precision inputs, accumulates in float32 and rounds the result.
 // - Convolution, forward and backward, in float16 and bfloat16 the same
-//   way, around chapter 4's float32 kernels.
+//   way, around chapter 6's float32 kernels.
 // - GradScaler's two operators, as ember kernels: unscale the gradients and
 //   flag an inf or NaN; grow or back off the scale.
 #include <ATen/Dispatch.h>
@@ -82,11 +82,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: begin amp_convolution
 namespace ember::amp {
 
-// Chapter 4 registered convolution_overrideable and its backward for ember,
+// Chapter 6 registered convolution_overrideable and its backward for ember,
 // float32 and float64 only. One level up are aten::convolution and
 // aten::convolution_backward, whose default kernels (the at::native
 // functions below) check the arguments, turn 1-D into 2-D and call chapter
-// 4's. Ember registers those two: float16 or bfloat16 operands are widened
+// 6's. Ember registers those two: float16 or bfloat16 operands are widened
 // on the device, the float32 call goes down the usual path, and the result
 // is rounded back. Any other dtype, or a mix, takes the default path, with
 // its checks and messages.

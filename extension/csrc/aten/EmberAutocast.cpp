@@ -1,4 +1,4 @@
-// Autocast on ember (chapter 07): the kernels at DispatchKey::AutocastPrivateUse1.
+// Autocast on ember (chapter 09): the kernels at DispatchKey::AutocastPrivateUse1.
 //
 // torch.autocast(device_type=<ember>) turns that key on for the thread. Every
 // operator then enters it first: most fall through to the keys below, the
@@ -80,7 +80,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 // ember-book: begin autocast_custom_abs
 namespace ember {
 
-// Chapter 05's cached handle to ember::custom_abs (its unit defines it).
+// Chapter 07's cached handle to ember::custom_abs (its unit defines it).
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 
 // custom_abs computes in float32 and float64 only: under autocast its input

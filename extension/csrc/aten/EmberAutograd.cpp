@@ -5,7 +5,7 @@
 // formula has a kernel at the Autograd alias key, which fills
 // AutogradPrivateUse1, and that kernel records the graph and redispatches to
 // ember's kernels. This file covers ember's own operators (the `ember`
-// namespace, chapter 05) and one aten operator whose backward ember computes
+// namespace, chapter 07) and one aten operator whose backward ember computes
 // its own way.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -56,7 +56,7 @@ TORCH_LIBRARY_IMPL(ember, ADInplaceOrView, m) {
 // ember-book: begin autograd_custom_abs
 namespace ember {
 
-// Chapter 05's cached handle to ember::custom_abs. It is defined in chapter
+// Chapter 07's cached handle to ember::custom_abs. It is defined in chapter
 // 05's translation unit, so this one needs the declaration.
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 

@@ -67,7 +67,7 @@ namespace ember {
 using at::Scalar;
 using at::Tensor;
 
-// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
 // add's structured class is generated from a "ufunc" description; its
@@ -161,7 +161,7 @@ EMBER_REGISTER_STUB(ge_stub, &ember::geKernel);
 
 namespace ember {
 
-// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
 // Each comparison has a Tensor and a Scalar overload, both structured, both

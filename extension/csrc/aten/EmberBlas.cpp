@@ -88,7 +88,7 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
   if (dtype != at::kLong) {
     // Floating point (and complex, int32, ...) goes to the host's BLAS:
     // ATen's CPU matrix products (oneDNN, MKL or OpenBLAS, tuned for this
-    // processor), run by chapter 12's host kernel on the device's memory, as
+    // processor), run by chapter 14's host kernel on the device's memory, as
     // a real backend calls its vendor's library. Chapter 04's loops stay the
     // int64 path.
     at::Tensor c = result;

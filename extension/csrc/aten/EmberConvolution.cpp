@@ -316,7 +316,7 @@ namespace ember::conv {
 // whose default kernel (_convolution) checks the arguments, turns 1-D into
 // 2-D and, for a device it does not know, calls this operator.
 //
-// Since chapter 12 it runs the host's convolution library, ATen's CPU
+// Since chapter 14 it runs the host's convolution library, ATen's CPU
 // convolution (oneDNN where the build has it and ATen picks it), on the
 // device's memory, the way a GPU backend calls cuDNN: several times faster
 // than chapter 04's im2col kernels, and every case they refused (transposed,

@@ -27,7 +27,7 @@ namespace ember {
 
 // fill_ and where only move elements, never compute with them: their loops
 // need the element's size, not its dtype, and five copies cover every dtype:
-// 1 to 8 bytes, and 16 for complex128 (the conformance sweep of chapter 12
+// 1 to 8 bytes, and 16 for complex128 (the conformance sweep of chapter 14
 // found its gradients failing here: a complex result's backward fills one).
 struct Bits128 {
   uint64_t half[2];
@@ -176,7 +176,7 @@ EMBER_REGISTER_STUB(threshold_stub, &ember::thresholdKernel);
 
 namespace ember {
 
-// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16 and bfloat16 under autocast, ...) with the CPU's
 // kernels on the device's memory; meta() checks the arguments and sizes
 // the out= tensor first.

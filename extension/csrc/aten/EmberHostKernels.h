@@ -1,5 +1,5 @@
 // Kernels whose arithmetic is ATen's CPU code, run inside an ember launch on
-// the device's own memory: what chapter 12's normalization, pooling and loss
+// the device's own memory: what chapter 14's normalization, pooling and loss
 // kernels (and the revised chapter 04 kernels) are written with.
 #pragma once
 

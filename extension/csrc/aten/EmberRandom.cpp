@@ -1,8 +1,8 @@
 // ember's random kernels, on the device, from Philox counters that the
 // generator (runtime/EmberGenerator.cpp) reserves: uniform_, normal_,
 // random_, exponential_, bernoulli_, randperm, multinomial and dropout
-// (native_dropout and its backward), chapter 08; then what the conformance
-// sweep (chapter 12) found missing, built from those draws: cauchy_,
+// (native_dropout and its backward), chapter 10; then what the conformance
+// sweep (chapter 14) found missing, built from those draws: cauchy_,
 // log_normal_, geometric_, normal with tensor arguments, rrelu's noise, and
 // every dtype the kernels are not compiled for. The registrations close the
 // file.
@@ -562,7 +562,7 @@ at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask,
 // ember-book: begin distributions
 namespace ember {
 
-// Chapter 08's kernels draw Float and Double. Other dtypes (BFloat16, or the
+// Chapter 10's kernels draw Float and Double. Other dtypes (BFloat16, or the
 // integers geometric_ fills) draw in Float and convert, as the CPU does for
 // reduced-precision dtypes.
 at::Tensor drawBuffer(const at::Tensor& self) {
@@ -686,9 +686,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: begin random_dtypes
 namespace ember {
 
-// Chapter 08's random kernels (above), compiled for Float and Double
+// Chapter 10's random kernels (above), compiled for Float and Double
 // (random_ also for Long). Declared again: the book compiles this part
-// apart from chapter 08's, and it wraps them.
+// apart from chapter 10's, and it wraps them.
 at::Tensor& uniform_(at::Tensor& self, double from, double to,
                      std::optional<at::Generator> generator);
 at::Tensor& normal_(at::Tensor& self, double mean, double std,
@@ -788,7 +788,7 @@ at::Tensor& bernoulliTensorAnyDtype_(at::Tensor& self, const at::Tensor& p,
 }
 
 // Integers: drawn as Long, then converted. The range follows the rules of
-// self's dtype (integerRange, chapter 08): without `to` it ends at the
+// self's dtype (integerRange, chapter 10): without `to` it ends at the
 // largest integer the dtype holds exactly, and an integer dtype's `from`
 // and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
 // random_(0, 300) is refused, not wrapped).
@@ -855,7 +855,7 @@ at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor& grad,
 
 // ember-book: begin random_registration
 // Every random operator with a Generator argument that ember implements.
-// Chapter 12 registers wrappers (random_dtypes) that also draw the dtypes
+// Chapter 14 registers wrappers (random_dtypes) that also draw the dtypes
 // the kernels above are not compiled for, and adds geometric_, cauchy_,
 // log_normal_ and the rest (distributions).
 namespace ember {
@@ -883,7 +883,7 @@ std::tuple<at::Tensor, at::Tensor> nativeDropoutAnyDtype(
 at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor&, const at::Tensor&,
                                          double);
 at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
-                        at::Tensor& out); // chapter 08's, unchanged
+                        at::Tensor& out); // chapter 10's, unchanged
 } // namespace ember
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -74,7 +74,7 @@ EMBER_REGISTER_STUB(mean_stub, &ember::meanKernel);
 
 namespace ember {
 
-// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
 // float16 and bfloat16 sums accumulate in float32 there, as on the CPU.

@@ -48,7 +48,7 @@ namespace ember {
 // abs.out has kernels for CPU and CUDA only; ATen's implementation of it is
 // device-generic and calls abs_stub(iter.device_type(), iter).
 // Other dtypes than the loops' (float16, bfloat16, complex: |z| is a real)
-// go to chapter 12's host kernel (EmberHostKernel.cpp), which computes with
+// go to chapter 14's host kernel (EmberHostKernel.cpp), which computes with
 // the CPU's kernel on the device's memory; out is sized first.
 at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
   if (loopsCompute({out, self})) {
@@ -114,7 +114,7 @@ EMBER_REGISTER_STUB(neg_stub, &ember::negKernel);
 
 namespace ember {
 
-// Chapter 12's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
 // loops lack (float16, bfloat16, complex, int32, ...) with the CPU's kernels
 // on the device's memory; meta() checks the arguments and sizes out first.
 // These operators are structured: ATen's class for the op runs meta() and

@@ -170,7 +170,7 @@ static auto* ember_allocator = new EmberAllocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, ember_allocator);
 
 // torch.accelerator asks only the process's accelerator for its allocator,
-// and PrivateUse1 is none until a name is registered (chapter 11 renames
+// and PrivateUse1 is none until a name is registered (chapter 13 renames
 // it). Whoever must empty the cache anyway (book.build() before it replaces
 // a backend) calls this operator; boxed, as it takes and returns nothing.
 void emptyCacheKernel(const c10::OperatorHandle&, torch::jit::Stack*) {

@@ -16,19 +16,19 @@ namespace ember {
 // Constant-initialized (constexpr constructors), so they are usable before any
 // static initializer runs, including a plug's in another library.
 HooksSlot<DefaultGeneratorFn> default_generator_slot{
-    "random number generator", "chapter 08 adds one"};
+    "random number generator", "chapter 10 adds one"};
 HooksSlot<NewGeneratorFn> new_generator_slot{"random number generator",
-                                             "chapter 08 adds one"};
+                                             "chapter 10 adds one"};
 HooksSlot<ResizeBytesFn> resize_bytes_slot{"storage resize function",
-                                           "chapter 10 adds one"};
+                                           "chapter 12 adds one"};
 HooksSlot<IsPinnedPtrFn> is_pinned_ptr_slot{
-    "pinned host memory allocator", "chapter 09 adds one"};
+    "pinned host memory allocator", "chapter 11 adds one"};
 HooksSlot<PinnedAllocatorFn> pinned_allocator_slot{
-    "pinned host memory allocator", "chapter 09 adds one"};
+    "pinned host memory allocator", "chapter 11 adds one"};
 HooksSlot<BackendMetaFn> backend_meta_serializer_slot{
-    "backend metadata serializer", "chapter 10 adds one"};
+    "backend metadata serializer", "chapter 12 adds one"};
 HooksSlot<BackendMetaFn> backend_meta_deserializer_slot{
-    "backend metadata deserializer", "chapter 10 adds one"};
+    "backend metadata deserializer", "chapter 12 adds one"};
 
 namespace {
 

@@ -54,7 +54,7 @@ template <typename Fn>
 class HooksSlot {
  public:
   // `what` names the missing piece ("random number generator"), `provider`
-  // says where it comes from ("chapter 08 adds one"); both go into the error.
+  // says where it comes from ("chapter 10 adds one"); both go into the error.
   constexpr HooksSlot(const char* what, const char* provider) noexcept
       : what_(what), provider_(provider) {}
   HooksSlot(const HooksSlot&) = delete;

@@ -1,6 +1,6 @@
 """Memory: what the allocator holds (`torch.cuda.memory`'s names).
 
-The allocator of chapter 09 is a c10::DeviceAllocator (the device cache), so
+The allocator of chapter 11 is a c10::DeviceAllocator (the device cache), so
 torch.accelerator's memory functions read its statistics. With chapter 01's allocator,
 which is not a DeviceAllocator, every function answers from the driver's own counters,
 so every chapter's backend works with this module. (Chapter 01 shows the first
@@ -128,7 +128,7 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     if _caching():
         return torch.accelerator.get_memory_info(index)
     raise RuntimeError(
-        "ember: mem_get_info needs the caching allocator (the end of chapter 09)",
+        "ember: mem_get_info needs the caching allocator (the end of chapter 11)",
     )
 
 

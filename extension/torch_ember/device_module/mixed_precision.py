@@ -1,4 +1,4 @@
-"""Automatic mixed precision (chapter 07): what `torch.autocast` asks the device module.
+"""Automatic mixed precision (chapter 09): what `torch.autocast` asks the device module.
 
 torch.autocast(device_type=<ember>) asks for the dtypes ember computes in lower precision
 (on 2.13 the only function it requires): without it, autocast raises an AssertionError;
@@ -15,7 +15,7 @@ __all__ = ["get_amp_supported_dtype", "is_bf16_supported"]
 # ember-book: begin amp
 def get_amp_supported_dtype() -> list[torch.dtype]:
     """The dtypes `torch.autocast` may use on ember: its matrix products take float16
-    and bfloat16 (computed in float32 and rounded, chapter 07)."""
+    and bfloat16 (computed in float32 and rounded, chapter 09)."""
     return [torch.float16, torch.bfloat16]
 
 

@@ -1,4 +1,4 @@
-"""Random number generators (chapter 08): `torch.cuda.random`'s names.
+"""Random number generators (chapter 10): `torch.cuda.random`'s names.
 
 Each function works on a device's default generator, which the backend hands out
 through the operator `ember::default_generator`.
@@ -42,7 +42,7 @@ def default_generator(device: DeviceLike = None) -> torch.Generator:
     index = _device_index(device)
     if not _has_generators():
         missing = "the loaded backend has no random number generator"
-        raise RuntimeError(f"ember: {missing} (chapter 08 adds one)")
+        raise RuntimeError(f"ember: {missing} (chapter 10 adds one)")
     operator, _ = torch._C._jit_get_operation(_DEFAULT_GENERATOR_OP)
     return operator(index)
 
@@ -58,7 +58,7 @@ def manual_seed(seed: int) -> None:
 # ember-book: begin manual_seed_all
 def manual_seed_all(seed: int) -> None:
     """Seed every ember device's default generator. torch.manual_seed calls this; with a
-    backend that has no generator yet (the book before chapter 08) there is nothing to
+    backend that has no generator yet (the book before chapter 10) there is nothing to
     seed."""
     if _has_generators():
         for index in range(device_count()):

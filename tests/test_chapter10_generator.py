@@ -1,4 +1,4 @@
-"""Chapter 08: ember's generator (seeding, state, devices, generator arguments) and random kernels, as the
+"""Chapter 10: ember's generator (seeding, state, devices, generator arguments) and random kernels, as the
 chapter's last build holds them, with the device module the chapters register."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ E1 = f"{E}:1"
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    chapter = Chapter.of(8)
-    chapter.replay_earlier({})  # the device module (chapter 01) and the backend's name (chapter 06)
+    chapter = Chapter.of(10)
+    chapter.replay_earlier({})  # the device module (chapter 01) and the backend's name (chapter 08)
     yield chapter.build()
     gc.collect()  # let the next module's build unload this one
 
@@ -129,7 +129,7 @@ def test_distributions_and_dropout() -> None:
     assert same(torch.randperm(50, device=E).sort().values, torch.arange(50))
     # The kernels themselves, not the autograd engine: a test process may have started the engine (any
     # backward) before PrivateUse1 became the accelerator, and the engine sizes its device queues once.
-    # Chapter 08's notebook runs dropout's backward through the engine.
+    # Chapter 10's notebook runs dropout's backward through the engine.
     x = torch.ones(1000, device=E)
     y, mask = torch.ops.aten.native_dropout(x, 0.25, True)
     kept = y.cpu() != 0

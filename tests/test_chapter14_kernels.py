@@ -1,6 +1,6 @@
-"""Chapter 12's kernels, checked on the backend the chapter builds from its cells.
+"""Chapter 14's kernels, checked on the backend the chapter builds from its cells.
 
-One child process loads chapter 12's build (as the chapter's kernel does: chapter 11's name and the autograd
+One child process loads chapter 14's build (as the chapter's kernel does: chapter 13's name and the autograd
 engine's device queues are once-per-process state, see tests/conftest.py), runs the checks and reports JSON:
 
 - the shared benchmark models' training steps (notes ISSUE8: MLP and CNN, cross_entropy, SGD with momentum,
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     from torch.profiler import ProfilerActivity, profile
     from book.chapter import Chapter
 
-    Chapter.of(12).build({})
+    Chapter.of(14).build({})
     E = torch.device("ember", 0)
     facts = {}
 

@@ -1,7 +1,7 @@
-"""Chapter 06's machinery: a carry-forward cell that a later chapter supersedes, display-only C++ cells.
+"""Chapter 08's machinery: a carry-forward cell that a later chapter supersedes, display-only C++ cells.
 
-Chapter 06 registers the backend name "privateuseone" in a carry-forward cell; chapter 11 will register
-"ember", and a process can register only once, so chapter 06's cell says from which chapter on it no longer
+Chapter 08 registers the backend name "privateuseone" in a carry-forward cell; chapter 13 will register
+"ember", and a process can register only once, so chapter 08's cell says from which chapter on it no longer
 runs. The hooks' C++ lives in the stable library and is shown by `%%cpp --stable NAME` cells that no chapter
 build compiles but the drift check holds to their regions. The backend facts the chapter shows run in a child
 process (the name registration cannot be undone in this one).
@@ -32,7 +32,7 @@ STABLE_CELLS = {"hooks_context", "hooks_registration"}
 
 
 def test_chapter_06_carries_the_backend_name_forward_until_chapter_11():
-    chapter = Chapter.of(6)
+    chapter = Chapter.of(8)
     assert any(RENAME in source for _, source in chapter.carried_cells())
     for later in (7, 10):
         assert any(RENAME in source for _, source in chapter.carried_cells(for_chapter=later))
@@ -54,11 +54,11 @@ def _carry(source: str, superseded_by: object = None) -> dict:
 
 @pytest.fixture()
 def fake_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, Chapter]:
-    """Chapters 06, 10 and 11 of a book whose chapter 06 registers a name that chapter 11 replaces."""
+    """Chapters 08, 12 and 13 of a book whose chapter 08 registers a name that chapter 13 replaces."""
     books = {
         6: _notebook(
             tmp_path / "06_x.ipynb",
-            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by=11)],
+            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by=13)],
         ),
         10: _notebook(tmp_path / "10_y.ipynb", [_carry("log.append('10')")]),
         11: _notebook(tmp_path / "11_z.ipynb", [_carry("log.append('11 name')")]),
@@ -113,7 +113,7 @@ def test_an_exercise_cannot_be_display_only():
 
 
 def test_chapter_06_shows_the_hooks_but_no_build_compiles_them():
-    chapter = Chapter.of(6)
+    chapter = Chapter.of(8)
     shown = {part.name for part in chapter.parts() if part.stable}
     assert shown == STABLE_CELLS
     built = chapter.parts_through()
@@ -126,7 +126,7 @@ def test_chapter_06_shows_the_hooks_but_no_build_compiles_them():
 
 
 def test_running_a_stable_cell_stages_nothing_and_notes_an_edit():
-    chapter = Chapter.of(6)
+    chapter = Chapter.of(8)
     hooks = next(part for part in chapter.parts() if part.stable and part.name == "hooks_context")
     session = Session()
     session.start(chapter.stem)
@@ -154,7 +154,7 @@ def _edit_cell(path: Path, name: str, edit) -> None:
 
 
 def _chapter06(copies: list[Path]) -> Path:
-    return next(path for path in copies if path.stem == Chapter.of(6).stem)
+    return next(path for path in copies if path.stem == Chapter.of(8).stem)
 
 
 def test_the_drift_check_holds_stable_cells_to_their_regions(tmp_path):
@@ -204,8 +204,8 @@ CHILD = textwrap.dedent(
     import torch
     from book.chapter import Chapter
 
-    chapter = Chapter.of(6)
-    chapter.build()  # replays chapters 01-06's carry-forward cells: the device module, the backend name
+    chapter = Chapter.of(8)
+    chapter.build()  # replays chapters 01-08's carry-forward cells: the device module, the backend name
     E = "privateuseone"
     assert torch.accelerator.current_accelerator().type == E
 

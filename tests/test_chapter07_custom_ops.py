@@ -1,6 +1,6 @@
-"""Chapter 05's claims: ember's custom operators, checked on the backend the chapter ends with.
+"""Chapter 07's claims: ember's custom operators, checked on the backend the chapter ends with.
 
-The backend is chapter 05's last build (chapters 01-04's C++ and every %%cpp cell of chapter 05).
+The backend is chapter 07's last build (chapters 01-04's C++ and every %%cpp cell of chapter 07).
 The Python custom operators are the package's own module, extension/torch_ember/custom_ops.py,
 loaded by path (importing torch_ember would load its compiled backend next to the chapter's); a
 test checks that the chapter's cells define the same functions.
@@ -31,13 +31,13 @@ from book.paths import REPO
 from book.widgets import table as t
 
 EMBER = "privateuseone"
-NOTEBOOK = REPO / "chapters" / "05_custom_ops.ipynb"
+NOTEBOOK = REPO / "chapters" / "07_custom_ops.ipynb"
 CUSTOM_OPS = REPO / "extension" / "torch_ember" / "custom_ops.py"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(5).build()
+    yield Chapter.of(7).build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -104,7 +104,7 @@ def test_custom_abs_refuses_other_dtypes_naming_op_and_device(device: str, dtype
 
 
 def test_fake_tensor_mode_uses_the_meta_kernel() -> None:
-    assert "05_custom_ops.ipynb[custom_abs_meta]" in t.entry("ember::custom_abs", "Meta").location
+    assert "07_custom_ops.ipynb[custom_abs_meta]" in t.entry("ember::custom_abs", "Meta").location
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(sample(2, 5).to(EMBER))
         out = torch.ops.ember.custom_abs(fake)
@@ -143,7 +143,7 @@ def test_opcheck_passes_on_cpu_and_on_ember_as_far_as_213_allows() -> None:
     registration = with_grad["test_autograd_registration"]
     assert isinstance(registration, NotImplementedError)
     assert "NYI devices other than CPU/CUDA/XPU" in str(registration)
-    # Backward on ember needs a registered backend name (chapter 06); the book's process has none.
+    # Backward on ember needs a registered backend name (chapter 08); the book's process has none.
     assert "Cannot access accelerator device" in str(with_grad["test_aot_dispatch_dynamic"])
 
 
@@ -232,7 +232,7 @@ def test_chapter_cells_define_the_package_functions() -> None:
     package = _defs(CUSTOM_OPS.read_text())
     assert set(package) <= set(notebook)
     for name, body in package.items():
-        assert notebook[name] == body, f"chapter 05's {name} differs from torch_ember/custom_ops.py"
+        assert notebook[name] == body, f"chapter 07's {name} differs from torch_ember/custom_ops.py"
 
 
 # ---- the dispatcher's rules the chapter states ----------------------------------------------------

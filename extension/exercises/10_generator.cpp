@@ -1,4 +1,4 @@
-// Chapter 08's exercise solutions (not compiled by the package).
+// Chapter 10's exercise solutions (not compiled by the package).
 
 // ember-book: begin exercise_geometric
 #pragma GCC push_options

@@ -1,7 +1,7 @@
-"""Chapter 07's claims, checked on the backend the chapter ends with (and on its earlier versions).
+"""Chapter 09's claims, checked on the backend the chapter ends with (and on its earlier versions).
 
-Chapter 07 builds on chapter 06, which registers the backend name "privateuseone"; that cannot be undone
-in this process, so the facts are computed in one child process that loads chapter 07's last build (or
+Chapter 09 builds on chapter 08, which registers the backend name "privateuseone"; that cannot be undone
+in this process, so the facts are computed in one child process that loads chapter 09's last build (or
 a build without some of its parts) and prints them as JSON.
 """
 
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
     from book.chapter import Chapter
 
     E = "privateuseone"
-    Chapter.of(7).build({})
+    Chapter.of(9).build({})
     facts = {}
 
     def outcome(call):
@@ -207,7 +207,7 @@ def facts() -> dict[str, Any]:
 
 
 def test_the_chapter_shows_every_autocast_and_amp_region() -> None:
-    names = {part.name for part in Chapter.of(7).parts()}
+    names = {part.name for part in Chapter.of(9).parts()}
     files = {"aten/EmberAutocast.cpp", "aten/EmberAmp.cpp", "aten/EmberAttention.cpp"}
     regions = {
         name
@@ -237,8 +237,8 @@ def test_convolution_runs_in_float16_with_float32_parameter_gradients(facts: dic
 def test_convolution_part_sits_above_chapter_04s_kernels(facts: dict[str, Any]) -> None:
     registered = facts["conv_registrations"]
     for op in ("aten::convolution", "aten::convolution_backward"):
-        assert "07_autocast.ipynb[amp_convolution]" in registered[op], registered[op]
-    # chapter 4's kernel is still the one registered, not replaced
+        assert "09_autocast.ipynb[amp_convolution]" in registered[op], registered[op]
+    # chapter 6's kernel is still the one registered, not replaced
     assert "04_stub_kernels.ipynb[convolution]" in registered["aten::convolution_overrideable"]
 
 

@@ -1,8 +1,8 @@
-"""Chapter 09's claims: streams and events on ember, checked on the backend the chapter ends with.
+"""Chapter 11's claims: streams and events on ember, checked on the backend the chapter ends with.
 
-The backend is chapter 09's last build: chapter 01's device guard revised with the stream and event methods,
+The backend is chapter 11's last build: chapter 01's device guard revised with the stream and event methods,
 the stream pool, `aten::record_stream`, the non_blocking `copy_` kernel and the pinned host allocator. The
-device module is the package's own file (`torch.privateuseone` in the book), with its section "Chapter 09".
+device module is the package's own file (`torch.privateuseone` in the book), with its section "Chapter 11".
 Races are made deterministic with `_sleep`: the side stream is busy for far longer than the host needs to reach
 the read, so a missing wait loses every time.
 """
@@ -26,7 +26,7 @@ SLEEP_US = 300_000  # a side stream's head start: far longer than any host step 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(9).build()
+    yield Chapter.of(11).build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -51,20 +51,20 @@ def _device_0_default_stream(backend: builder.Build) -> Iterator[None]:
 
 def test_chapter_09_revises_chapter_01s_device_guard_and_later_builds_hold_only_the_new_one():
     (old,) = [p for p in Chapter.of(1).parts() if p.name == "device_guard"]
-    (new,) = [p for p in Chapter.of(9).parts() if p.name == "device_guard"]
+    (new,) = [p for p in Chapter.of(11).parts() if p.name == "device_guard"]
     assert "streamFromPool" in new.source and "streamFromPool" not in old.source
-    assert [p for p in Chapter.of(8).parts_through() if p.name == "device_guard"] == [old]
-    assert [p for p in Chapter.of(9).parts_through() if p.name == "device_guard"] == [new]
+    assert [p for p in Chapter.of(10).parts_through() if p.name == "device_guard"] == [old]
+    assert [p for p in Chapter.of(11).parts_through() if p.name == "device_guard"] == [new]
     # The new version takes the old one's place: right after EMBER_CHECK, before the allocator.
-    names = [p.name for p in Chapter.of(9).parts_through()]
+    names = [p.name for p in Chapter.of(11).parts_through()]
     assert names.index("ember_check") < names.index("device_guard") < names.index("allocator")
 
 
 def test_the_revision_cell_shows_the_diff_against_chapter_01():
     (old,) = [p for p in Chapter.of(1).parts() if p.name == "device_guard"]
-    (new,) = [p for p in Chapter.of(9).parts() if p.name == "device_guard"]
+    (new,) = [p for p in Chapter.of(11).parts() if p.name == "device_guard"]
     session = Session()
-    session.start(Chapter.of(9).stem)
+    session.start(Chapter.of(11).stem)
     session.stage("device_guard", old.source)
     revision = session.stage("device_guard", new.source)
     assert revision is not None and revision.previous == old and revision.version == 2
@@ -331,8 +331,8 @@ def test_timing_needs_timing_events(ember: ModuleType):
 
 
 def test_the_sleep_exercise_queues_busy_work_on_the_current_stream(ember: ModuleType):
-    parts = Chapter.of(9).parts_through() + [Chapter.of(9).exercises()["exercise_sleep_op"]]
-    builder.build(parts=parts, chapter=Chapter.of(9).stem)
+    parts = Chapter.of(11).parts_through() + [Chapter.of(11).exercises()["exercise_sleep_op"]]
+    builder.build(parts=parts, chapter=Chapter.of(11).stem)
     try:
         torch.ops.ember.sleep(SLEEP_US)
         assert not torch.accelerator.current_stream().query()
@@ -340,7 +340,7 @@ def test_the_sleep_exercise_queues_busy_work_on_the_current_stream(ember: Module
             torch.ops.ember.sleep(-1)
     finally:
         torch.accelerator.synchronize()
-        Chapter.of(9).build()
+        Chapter.of(11).build()
 
 
 def test_backward_runs_each_node_on_the_stream_its_forward_used(ember: ModuleType):

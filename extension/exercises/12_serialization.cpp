@@ -1,4 +1,4 @@
-// Chapter 10's exercise solutions: C++ the book shows and builds on request
+// Chapter 12's exercise solutions: C++ the book shows and builds on request
 // (book.build("exercise_NAME")), not compiled into the package.
 #include <ATen/core/Tensor.h>
 
@@ -9,7 +9,7 @@
 
 // ember-book: begin exercise_legacy_flag
 namespace ember {
-// Chapter 10's functions (EmberSerialization.cpp).
+// Chapter 12's functions (EmberSerialization.cpp).
 void serializeFormat(const at::Tensor& tensor,
                      std::unordered_map<std::string, bool>& metadata);
 void deserializeFormat(const at::Tensor& tensor,

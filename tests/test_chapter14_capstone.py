@@ -1,7 +1,7 @@
-"""Chapter 12's claims, checked on the backend the chapter ends with.
+"""Chapter 14's claims, checked on the backend the chapter ends with.
 
 The chapter's own cells (its helpers, its model and data, its training loop) run in one child process that loads
-chapter 12's build, as its kernel does; the facts come back as JSON. The child is needed because chapter 11's name
+chapter 14's build, as its kernel does; the facts come back as JSON. The child is needed because chapter 13's name
 ("ember") and the autograd engine's device queues are once-per-process state (see tests/conftest.py).
 """
 
@@ -33,12 +33,12 @@ CHILD = textwrap.dedent(
     import torch
     from book.chapter import Chapter
 
-    chapter = Chapter.of(12)
+    chapter = Chapter.of(14)
     chapter.build({})
     cells = {cell["id"]: "".join(cell["source"]) for cell in chapter._notebook["cells"]}
     namespace = {"__name__": "chapter12"}
     for cell in json.loads(sys.argv[1]):
-        exec(compile(cells[cell], f"12_capstone.ipynb[{cell}]", "exec"), namespace)
+        exec(compile(cells[cell], f"14_capstone.ipynb[{cell}]", "exec"), namespace)
     exec(compile(CLAIMS, "claims", "exec"), namespace)
     """
 )
@@ -48,7 +48,7 @@ CLAIMS = textwrap.dedent(
     facts = {}
     tolerance = 0.002  # the chapter's TOLERANCE
 
-    # The training step's calls that reach the CPU fallback, float32 and float16, on chapter 12's build.
+    # The training step's calls that reach the CPU fallback, float32 and float16, on chapter 14's build.
     for amp in (False, True):
         model, optimizer, scaler = start(E)
         with FallbackCalls() as seen:
@@ -131,7 +131,7 @@ def facts() -> dict[str, Any]:
 
 
 def test_the_chapter_cells_the_claims_use_exist() -> None:
-    cells = {cell["id"] for cell in Chapter.of(12)._notebook["cells"]}
+    cells = {cell["id"] for cell in Chapter.of(14)._notebook["cells"]}
     assert set(CELLS) <= cells
     assert {"c12run", "c12plot", "c12compile", "c12table"} <= cells
 
@@ -160,12 +160,12 @@ def test_dispatch_table_groups_entries_by_the_chapter_that_registered_them(facts
     # The dispatcher's own record says so: the location names chapter 02's notebook and part.
     (line,) = facts["raw_empty"]
     assert "02_minimal_ops.ipynb[" in line
-    # Chapter 12's kernels: batch norm is no longer served by chapter 03's fallback.
-    assert chapter_of["aten::native_batch_norm"] == "12_capstone"
+    # Chapter 14's kernels: batch norm is no longer served by chapter 03's fallback.
+    assert chapter_of["aten::native_batch_norm"] == "14_capstone"
     # An operator with no kernel of its own is served by chapter 03's fallback.
     assert ["PrivateUse1", "cpu_fallback", "fallback"] in facts["shared"]["03_fallback"]
-    assert ["AutocastPrivateUse1", "autocast_fallthrough", "fallthrough"] in facts["shared"]["07_autocast"]
-    assert chapter_of["aten::mm"] == "07_autocast"
+    assert ["AutocastPrivateUse1", "autocast_fallthrough", "fallthrough"] in facts["shared"]["09_autocast"]
+    assert chapter_of["aten::mm"] == "09_autocast"
     assert facts["unattributed"] == 0
     # Every group is a chapter of the book, in book order.
     assert set(groups) <= {path.stem for path in chapter_paths()}
@@ -183,8 +183,8 @@ def test_by_chapter_widget_renders_static_deterministic_html(facts: dict[str, An
 
 
 def test_origin_reads_only_chapter_build_locations() -> None:
-    assert by_chapter.origin("07_autocast.ipynb[autocast_fallthrough]:4") == (
-        "07_autocast",
+    assert by_chapter.origin("09_autocast.ipynb[autocast_fallthrough]:4") == (
+        "09_autocast",
         "autocast_fallthrough",
     )
     assert by_chapter.origin("aten/src/ATen/core/PythonFallbackKernel.cpp:192") is None

@@ -1,4 +1,4 @@
-"""Chapter 10's claims, checked on the backend the chapter ends with.
+"""Chapter 12's claims, checked on the backend the chapter ends with.
 
 torch.save / torch.load of ember tensors (location tags, map_location, weights_only, a training
 checkpoint, a checkpoint naming a device this machine lacks, loading without ember), the storage
@@ -30,7 +30,7 @@ E = "privateuseone"
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(10).build()
+    yield Chapter.of(12).build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -220,7 +220,7 @@ def test_a_storage_is_ember_memory_and_resize_keeps_the_shared_bytes(ember: Modu
     x = torch.arange(6.0).to(E)
     storage = x.untyped_storage()
     assert storage.device == torch.device(E, 0) and storage.nbytes() == 24
-    # Bytes requested: chapter 09's device cache rounds each block up to 512 bytes.
+    # Bytes requested: chapter 11's device cache rounds each block up to 512 bytes.
     before = ember.memory_stats()["requested_bytes.all.current"]
     storage.resize_(40)
     assert storage.nbytes() == 40 and ember.memory_stats()["requested_bytes.all.current"] - before == 16

@@ -1,5 +1,5 @@
-"""Chapter 11: the backend's name, from C++ (chapter 11's `backend_name` part) and from Python (its
-carry-forward cell, which supersedes chapter 06's rename).
+"""Chapter 13: the backend's name, from C++ (chapter 13's `backend_name` part) and from Python (its
+carry-forward cell, which supersedes chapter 08's rename).
 
 A process can name PrivateUse1 only once, and this test process holds the earlier chapters' name, so
 everything that registers a name runs in a child process.
@@ -44,7 +44,7 @@ def test_chapter_11_starts_without_chapter_06s_name_and_carries_ember_forward() 
     earlier = [source for chapter in range(1, 11) for source in _carried(chapter, for_chapter=11)]
     assert not any("rename_privateuse1_backend" in source for source in earlier)
     (own,) = [
-        source for _, source in Chapter.of(11).carried_cells() if "rename_privateuse1_backend" in source
+        source for _, source in Chapter.of(13).carried_cells() if "rename_privateuse1_backend" in source
     ]
     assert 'rename_privateuse1_backend("ember")' in own
     assert 'torch._register_device_module("ember", book.device_module())' in own
@@ -60,15 +60,15 @@ def _carried(number: int, for_chapter: int) -> list[str]:
 
 
 def test_the_name_part_is_in_chapter_11s_build_and_checks_before_registering() -> None:
-    parts = {part.name: part for part in Chapter.of(11).parts_through()}
+    parts = {part.name: part for part in Chapter.of(13).parts_through()}
     part = parts["backend_name"]
-    assert part.chapter == "11_renaming"
+    assert part.chapter == "13_renaming"
     assert "c10::is_privateuse1_backend_registered()" in part.source
     assert 'c10::register_privateuse1_backend("ember")' in part.source
-    assert "backend_name" not in {p.name for p in Chapter.of(6).parts_through()}
+    assert "backend_name" not in {p.name for p in Chapter.of(8).parts_through()}
 
 
-# --- the backend as chapter 11 leaves it (in a child) ------------------------------------------------
+# --- the backend as chapter 13 leaves it (in a child) ------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def chapter_11() -> dict:
         import book, torch
         from book.chapter import Chapter
 
-        Chapter.of(11).build()
+        Chapter.of(13).build()
         facts = {"name": torch._C._get_privateuse1_backend_name()}
         facts["type"] = torch.ones(2, device="ember").type()  # the first type string of the process
         facts["accelerator"] = str(torch.accelerator.current_accelerator())
@@ -104,7 +104,7 @@ def chapter_11() -> dict:
         except RuntimeError as error:
             facts["second_methods"] = str(error)
 
-        # A checkpoint as chapters 01-10 wrote it: its ember storage tagged "privateuseone:1".
+        # A checkpoint as chapters 01-12 wrote it: its ember storage tagged "privateuseone:1".
         tag = torch.serialization.location_tag
         torch.serialization.location_tag = lambda s: "privateuseone:1" if s.device.type == "ember" else tag(s)
         old = io.BytesIO()
@@ -191,7 +191,7 @@ BUILD_WITHOUT_PYTHON_NAME = """
     {before}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        builder.build(parts=Chapter.of(11).parts_through(), chapter="11_renaming")
+        builder.build(parts=Chapter.of(13).parts_through(), chapter="13_renaming")
     name = torch._C._get_privateuse1_backend_name()
     torch._register_device_module(name, book.device_module())  # the first tensor imports torch.<name>
     print(json.dumps({{
@@ -226,7 +226,7 @@ def test_a_name_already_taken_is_a_warning_not_a_crash() -> None:
 
 
 def test_a_second_kernel_wins_with_one_warning_per_process(chapter_11: dict) -> None:
-    # Chapter 11's claim: a second impl of a kernel ember registers replaces it, ember's stays as
+    # Chapter 13's claim: a second impl of a kernel ember registers replaces it, ember's stays as
     # an inactive entry, and the dispatcher warns once for all operators (mm: yes, clone: no).
     override = chapter_11["override"]
     assert len(override["warnings"]) == 1
@@ -235,4 +235,4 @@ def test_a_second_kernel_wins_with_one_warning_per_process(chapter_11: dict) -> 
     assert override["mm"] == [[0.0, 0.0], [0.0, 0.0]]
     assert override["clone"] == [[0.0, 0.0], [0.0, 0.0]]
     [inactive] = override["inactive"]  # ember's kernel, kept but no longer dispatched to
-    assert inactive.startswith("PrivateUse1 (inactive): registered at 07_autocast.ipynb[amp_matmul]")
+    assert inactive.startswith("PrivateUse1 (inactive): registered at 09_autocast.ipynb[amp_matmul]")

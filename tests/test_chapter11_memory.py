@@ -1,4 +1,4 @@
-"""Chapter 09's last section: the caching allocator, checked on the backend the chapter ends with.
+"""Chapter 11's last section: the caching allocator, checked on the backend the chapter ends with.
 
 Chapter 01's `allocator` part is revised into a `c10::DeviceAllocator` over the device cache (`device_cache`),
 with a fork guard (`fork_guard`); chapters before 09 keep chapter 01's version. The device module's "Memory"
@@ -24,7 +24,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(9).build()
+    yield Chapter.of(11).build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -40,11 +40,11 @@ def ember(backend: builder.Build) -> Iterator[ModuleType]:
 
 def test_chapter_09_revises_chapter_01s_allocator_and_earlier_chapters_keep_the_old_one():
     (old,) = [p for p in Chapter.of(1).parts() if p.name == "allocator"]
-    (new,) = [p for p in Chapter.of(9).parts() if p.name == "allocator"]
+    (new,) = [p for p in Chapter.of(11).parts() if p.name == "allocator"]
     assert "c10::DeviceAllocator" in new.source and "c10::DeviceAllocator" not in old.source
-    assert [p for p in Chapter.of(8).parts_through() if p.name == "allocator"] == [old]
-    assert [p for p in Chapter.of(9).parts_through() if p.name == "allocator"] == [new]
-    names = [p.name for p in Chapter.of(9).parts_through()]
+    assert [p for p in Chapter.of(10).parts_through() if p.name == "allocator"] == [old]
+    assert [p for p in Chapter.of(11).parts_through() if p.name == "allocator"] == [new]
+    names = [p.name for p in Chapter.of(11).parts_through()]
     assert {"device_cache", "fork_guard"} <= set(names)
 
 
