@@ -35,7 +35,7 @@ bool lowerPrecision(const at::Tensor& t) {
 
 // Float16 or bfloat16 operands: compute in float32 on the device, round the
 // result to the operands' dtype. Anything else: the out= kernels of chapter
-// 4 (which also reject a mix of dtypes, with their message).
+// 5 (which also reject a mix of dtypes, with their message).
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (lowerPrecision(self) && self.scalar_type() == mat2.scalar_type()) {
     return at::mm(self.to(at::kFloat), mat2.to(at::kFloat))

@@ -57,7 +57,7 @@ TORCH_LIBRARY_IMPL(ember, ADInplaceOrView, m) {
 namespace ember {
 
 // Chapter 07's cached handle to ember::custom_abs. It is defined in chapter
-// 05's translation unit, so this one needs the declaration.
+// 07's translation unit, so this one needs the declaration.
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 
 // custom_abs's derivative: d|x|/dx = sgn(x) (0 at 0, as for aten::abs).

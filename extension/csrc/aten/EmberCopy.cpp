@@ -46,7 +46,7 @@ void upload(const at::Tensor& host, const at::Tensor& device_tensor) {
 // ember -> CPU, ember -> ember (same or another device). `self` is the source.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                      bool non_blocking) {
-  (void)non_blocking; // the driver's copies are synchronous (streams: ch. 09)
+  (void)non_blocking; // the driver's copies are synchronous (streams: ch. 11)
   for (const at::Tensor* t : {&self, &dst}) {
     TORCH_CHECK(t->is_cpu() || t->is_privateuseone(),
                 "ember: aten::_copy_from copies between CPU and ember tensors, "

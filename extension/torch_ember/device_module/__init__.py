@@ -10,11 +10,11 @@ modules of those names hold): one module per subject, each re-exported here.
 | module | what | chapter |
 | --- | --- | --- |
 | `devices` | count, current device, synchronize, the `device` context | 01 |
-| `memory` | what the allocator holds (driver counters, then the device cache) | 01, 09 |
-| `mixed_precision` | the dtypes `torch.autocast` may use | 07 |
-| `random` | the default generators: seeds and states | 08 |
-| `streams` | `Stream`, `Event` and the current stream | 09 |
-| `storage` | storage formats; refusing to share ember memory across processes | 10 |
+| `memory` | what the allocator holds (driver counters, then the device cache) | 01, 11 |
+| `mixed_precision` | the dtypes `torch.autocast` may use | 09 |
+| `random` | the default generators: seeds and states | 10 |
+| `streams` | `Stream`, `Event` and the current stream | 11 |
+| `storage` | storage formats; refusing to share ember memory across processes | 12 |
 
 Nothing here imports from `torch_ember` at run time (the sub-modules import each other
 relatively), so the book loads this package by path without the compiled backend.
