@@ -49,9 +49,28 @@ def what_ran(fn: Callable[[], object]) -> tuple[list[str], Counter[str]]:
 
 
 def test_the_chapter_shows_its_parts_in_build_order() -> None:
+    # abs comes first, on the launch alone; a part keeps the place of its first version.
     names = [part.name for part in Chapter.of(4).parts_through() if part.chapter == CHAPTER]
     mine = [name for name in names if name in LOOP_PARTS + FAMILY_PARTS]
-    assert mine == LOOP_PARTS + FAMILY_PARTS
+    first = ["stub_registration", "kernel_launch", "abs_stub", "abs_out", "elementwise_loops"]
+    assert mine == first + [name for name in FAMILY_PARTS if name not in first]
+
+
+def test_the_first_abs_kernel_runs_float32_on_the_launch_alone() -> None:
+    # The chapter's first abs_stub, before the loop library: float32 in one launch, other dtypes refused.
+    versions = [part for part in Chapter.of(4).parts() if part.name == "abs_stub"]
+    assert len(versions) == 2 and "unaryLoop" not in versions[0].source
+    parts = own_parts()
+    build(Chapter.of(3).parts_through() + [parts["stub_registration"], parts["kernel_launch"], versions[0],
+                                            parts["abs_out"]])  # fmt: skip
+    x = torch.tensor([[-1.5, 2.0, -3.0], [4.0, -5.5, 6.0]])
+    a = x.to(EMBER)
+    fell_back, events = what_ran(lambda: torch.abs(a))
+    assert fell_back == [] and events["launch"] == 1 and events["D2H"] == 0
+    assert torch.equal(torch.abs(a).cpu(), x.abs())
+    assert torch.equal(torch.abs(a.T).cpu(), x.T.abs())  # strided: the loop follows the byte strides
+    with pytest.raises(RuntimeError, match="no ember kernel for Double tensors yet"):
+        torch.abs(a.double())
 
 
 def test_abs_stub_alone_changes_nothing() -> None:

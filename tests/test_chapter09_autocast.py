@@ -234,12 +234,12 @@ def test_convolution_runs_in_float16_with_float32_parameter_gradients(facts: dic
     assert facts["conv_double"] == "torch.float64"
 
 
-def test_convolution_part_sits_above_chapter_04s_kernels(facts: dict[str, Any]) -> None:
+def test_convolution_part_sits_above_chapter_06s_kernels(facts: dict[str, Any]) -> None:
     registered = facts["conv_registrations"]
     for op in ("aten::convolution", "aten::convolution_backward"):
         assert "09_autocast.ipynb[amp_convolution]" in registered[op], registered[op]
     # chapter 6's kernel is still the one registered, not replaced
-    assert "04_stub_kernels.ipynb[convolution]" in registered["aten::convolution_overrideable"]
+    assert "06_convolution.ipynb[convolution]" in registered["aten::convolution_overrideable"]
 
 
 def test_fp32_and_promote_policies(facts: dict[str, Any]) -> None:

@@ -8,20 +8,6 @@
 // current text here in full as NAME.vK, edit the package's region, then run
 // `python -m book.sync --compact-history`.
 
-// ember-book: begin convolution.v1
-@@ -3,12 +3,7 @@ sha256:19fc549014
-+// The registration found in many out-of-tree backends: a kernel for conv2d,
-+// the operator the model calls. It computes the right numbers.
-+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight,
-+                  const std::optional<at::Tensor>& bias,
-+                  c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
-+                  c10::SymIntArrayRef dilation, c10::SymInt groups) {
-+  constexpr const char* op = "aten::conv2d";
-@@ -20,17 +14,0 @@ sha256:2b57f7421a
-@@ -38,3 +16,1 @@ sha256:991b7f0569
-+  m.impl("conv2d", TORCH_FN(conv2d));
-// ember-book: end convolution.v1
-
 // ember-book: begin fill_where.v1
 @@ -6,7 +6,2 @@ sha256:ac52f9c68a
 +// need the element's size, not its dtype, and four copies cover every dtype
@@ -29,32 +15,6 @@
 @@ -47,1 +41,0 @@ sha256:6d6bb5281f
 @@ -86,1 +79,0 @@ sha256:6d3d61cb71
 // ember-book: end fill_where.v1
-
-// ember-book: begin blas_ops.v1
-@@ -5,1 +5,2 @@ sha256:2079f6d1e2
-+// Every tensor of a call on the first one's ember device, with its dtype,
-+// which must be one the loops are compiled for.
-@@ -26,2 +27,4 @@ sha256:dca057bae5
-+  const at::ScalarType dtype = first->scalar_type();
-+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kLong,
-+              "ember: ", op, " on ", first->device(), " supports float32, "
-+              "float64 and int64 tensors, got ", dtype);
-@@ -55,1 +58,1 @@ sha256:afbe384665
-+void matmulInto(const at::Tensor& a, const at::Tensor& b,
-@@ -73,20 +76,2 @@ sha256:51565007fd
-+  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, dtype, "ember_gemm", [&] {
-+    using T = scalar_t;
-@@ -101,1 +86,1 @@ sha256:737db166c7
-+  });
-@@ -114,1 +99,1 @@ sha256:f760e9f3a5
-+  matmulInto(self, mat2, nullptr, 0, 1, out);
-@@ -128,1 +113,1 @@ sha256:71cfc5fcdb
-+  matmulInto(self, mat2, nullptr, 0, 1, out);
-@@ -152,1 +137,1 @@ sha256:111cc14b5c
-+  matmulInto(mat1, mat2, &input, beta, alpha, out);
-@@ -158,4 +142,0 @@ sha256:2f47c96f0d
-@@ -166,1 +146,0 @@ sha256:2382421ee6
-// ember-book: end blas_ops.v1
 
 // ember-book: begin binary_ops.v1
 @@ -49,3 +48,0 @@ sha256:8906a7da61
@@ -95,24 +55,6 @@
 +                                                        keepdim, dtype);
 // ember-book: end reductions.v1
 
-// ember-book: begin convolution.v2
-@@ -7,6 +6,0 @@ sha256:10a3ec7838
-@@ -18,4 +12,6 @@ sha256:40fd12dd65
-+  constexpr const char* op = "aten::convolution_overrideable";
-+  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
-+              ": transposed convolutions are not implemented");
-+  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
-+                          groups.expect_int());
-+  return forward(op, input, weight, bias, s);
-@@ -33,11 +29,6 @@ sha256:50fa190fb4
-+  constexpr const char* op = "aten::convolution_backward_overrideable";
-+  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),
-+              ": transposed convolutions are not implemented");
-+  const Shape s = shapeOf(op, input, weight, stride, padding, dilation,
-+                          groups.expect_int());
-+  return backward(op, grad_output, input, weight, s, output_mask);
-// ember-book: end convolution.v2
-
 // ember-book: begin relu_ops.v1
 @@ -36,4 +35,0 @@ sha256:5932a4d54f
 @@ -42,7 +38,1 @@ sha256:8e3fd871ef
@@ -127,3 +69,26 @@
 @@ -9,6 +6,1 @@ sha256:708546bfef
 +  return at::native::abs_out(self, out);
 // ember-book: end abs_out.v1
+
+// ember-book: begin abs_stub.v1
+@@ -1,2 +0,0 @@ sha256:8ee840f3d4
+@@ -5,2 +3,5 @@ sha256:9c77afa71e
++// abs_stub's kernel, a first version: float32 only, written on the launch
++// alone. ATen has built the TensorIterator (output resized, dtypes checked).
++// for_each hands the body runs of n elements (split among threads): operand
++// k at data[k], the next element strides[k] bytes further, so any layout
++// works. Operand 0 is the output.
+@@ -8,4 +9,11 @@ sha256:2637ee2f23
++  TORCH_CHECK(iter.common_dtype() == at::kFloat, "ember: aten::abs.out has ",
++              "no ember kernel for ", iter.common_dtype(), " tensors yet");
++  launch("aten::abs.out", iter, [&](const KernelOperands& operands) {
++    iter.for_each([&](char** data, const int64_t* strides, int64_t n) {
++      char* out = operands.at<char>(data, 0);
++      const char* in = operands.at<char>(data, 1);
++      for (int64_t i = 0; i < n; ++i) {
++        *reinterpret_cast<float*>(out + i * strides[0]) =
++            std::abs(*reinterpret_cast<const float*>(in + i * strides[1]));
++      }
++    });
+@@ -16,1 +23,0 @@ sha256:4a5fe00eee
+// ember-book: end abs_stub.v1

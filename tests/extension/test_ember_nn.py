@@ -273,7 +273,7 @@ def test_bias_gradient_in_bfloat16_equals_cpu() -> None:
     ],
     ids=["mm_int32", "mm_complex64", "conv_int64", "conv_transposed", "conv3d"],
 )
-def test_products_chapter_04_refused_now_equal_cpu(call: Callable[[torch.Tensor], torch.Tensor]) -> None:
+def test_products_chapters_05_06_refused_now_equal_cpu(call: Callable[[torch.Tensor], torch.Tensor]) -> None:
     a = torch.arange(24.0).reshape(4, 6)
     torch.testing.assert_close(call(a.to(EMBER)).cpu(), call(a), rtol=0, atol=0)
 

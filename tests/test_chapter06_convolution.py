@@ -1,4 +1,4 @@
-"""Chapter 04's matrix products and convolution, as the chapter builds them.
+"""Chapter 06's convolution (on chapter 05's matrix products), as the chapter builds them.
 
 The chapter shows two versions of the `convolution` part. The first registers a kernel for
 `conv2d` (a CompositeImplicitAutograd operator) at PrivateUse1: forward is right, but autograd
@@ -27,13 +27,13 @@ PART = "convolution"
 
 
 def chapter() -> Chapter:
-    return Chapter.of(4)
+    return Chapter.of(6)
 
 
 def versions() -> list[CppPart]:
     """Every version of the convolution part the chapter shows, in cell order."""
     shown = [part for part in chapter().parts() if part.name == PART]
-    assert len(shown) == 2, f"chapter 04 shows {len(shown)} versions of {PART!r}, expected 2"
+    assert len(shown) == 2, f"chapter 06 shows {len(shown)} versions of {PART!r}, expected 2"
     return shown
 
 
@@ -83,7 +83,7 @@ REGISTER = 'torch.utils.rename_privateuse1_backend("privateuseone")'
 
 def test_the_first_version_registers_conv2d_and_loses_autograd(first_version: builder.Build) -> None:
     table = torch._C._dispatch_dump_table("aten::conv2d")
-    assert "PrivateUse1: registered at 04_stub_kernels.ipynb[convolution]" in table
+    assert "PrivateUse1: registered at 06_convolution.ipynb[convolution]" in table
     autograd = next(line for line in table.splitlines() if line.startswith("AutogradPrivateUse1:"))
     assert "VariableFallbackKernel.cpp" in autograd and "[backend fallback]" in autograd
     assert torch._C._get_autograd_fallback_mode() == "warn"
@@ -112,10 +112,10 @@ def test_backward_needs_the_backend_name(first_version: builder.Build) -> None:
 
 def test_the_latest_version_keeps_autograd(latest_version: builder.Build) -> None:
     table = torch._C._dispatch_dump_table("aten::conv2d")
-    assert "04_stub_kernels.ipynb" not in table  # conv2d keeps its composite kernel
+    assert "06_convolution.ipynb" not in table  # conv2d keeps its composite kernel
     for op in ("aten::convolution_overrideable", "aten::convolution_backward_overrideable"):
         assert (
-            "PrivateUse1: registered at 04_stub_kernels.ipynb[convolution]"
+            "PrivateUse1: registered at 06_convolution.ipynb[convolution]"
             in torch._C._dispatch_dump_table(op)
         )
     x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
@@ -172,8 +172,9 @@ def test_convolution_backward_matches_cpu_in_process(
 
 def test_matrix_products_run_on_ember_kernels(latest_version: builder.Build) -> None:
     for op in ("aten::mm.out", "aten::addmm.out", "aten::bmm.out"):
-        assert "PrivateUse1: registered at 04_stub_kernels.ipynb[blas_ops]" in torch._C._dispatch_dump_table(
-            op
+        assert (
+            "PrivateUse1: registered at 05_matrix_products.ipynb[blas_ops]"
+            in torch._C._dispatch_dump_table(op)
         )
     gen = torch.Generator().manual_seed(5)
     a, b, bias = (
