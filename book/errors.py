@@ -37,6 +37,19 @@ MAX_MESSAGE_LINES keeps its first lines. Short errors are shown as IPython
 shows them, but for the width of their lines (and of the messages of the
 exceptions chained before them).
 
+A chained error (an exception raised while handling another, "During handling
+of the above exception ..." or "The above exception was the direct cause ...",
+as ``torch.compile`` raises ``Unsupported`` from the error of an operator it
+traced) is compacted when IPython's display of it is longer than
+MAX_TRACEBACK_LINES or one of its messages is long. Every exception of the
+chain stays, in the order they were raised, joined by IPython's lines: its
+header and its message (compacted or fitted as above). Of the frames only the
+cell's is shown. The earlier exceptions' frames are the library's (in the
+book, PyTorch's), and the last exception's other frames are the code that
+handled the one before it (a ``raise ... from`` in a wrapper): what failed is
+in the messages. The frames left out of each exception are named in one line,
+and the whole chain, as Python prints it, follows collapsed.
+
 The message fits the page's 88-column text column (WIDTH, :func:`fit_message`):
 a longer line is wrapped at spaces, its continuations indented four spaces
 more than it (the first line counts the ``NotImplementedError: `` in front of
@@ -88,8 +101,13 @@ HEAD_LINES = 8
 HEAD_CHARS = 600
 # The first keys of "only available for these backends: [...]" that stay.
 SHOWN_KEYS = 8
-# A traceback longer than this (in lines) keeps only its first and last frame.
+# A traceback longer than this (in lines) keeps only its first and last frame; a chained one, only
+# the cell's frame.
 MAX_TRACEBACK_LINES = 40
+# Source lines IPython shows around the line of a frame: of the cell (IPython's default for the
+# exception it was given), and of the exceptions chained before it.
+CELL_CONTEXT = 5
+CHAIN_CONTEXT = 3
 # The page's text column: a message line wider than this is wrapped (see fit_message).
 WIDTH = 88
 # What a wrapped line's continuation lines are indented by, more than the line itself.
@@ -356,7 +374,7 @@ def _frame_name(shell: Any, filename: str) -> str:
 def _left_out_line(shell: Any, frames: list[types.TracebackType]) -> str:
     files = dict.fromkeys(_frame_name(shell, tb.tb_frame.f_code.co_filename) for tb in frames)
     s = "" if len(frames) == 1 else "s"
-    return f"    [... {len(frames)} frame{s} left out, in {', '.join(files)}]\n"
+    return "\n".join(fit_line(f"    [... {len(frames)} frame{s} left out, in {', '.join(files)}]")) + "\n"
 
 
 def _plain_traceback(shell: Any, frames: list[types.TracebackType]) -> str:
@@ -364,6 +382,17 @@ def _plain_traceback(shell: Any, frames: list[types.TracebackType]) -> str:
     for frame in summary:
         frame.filename = _frame_name(shell, frame.filename)
     return "".join(traceback.format_list(summary)).rstrip("\n")
+
+
+def _plain_chain(shell: Any, value: BaseException, frames: list[types.TracebackType]) -> str:
+    """The whole of a chained exception as Python prints it: every exception, frame and message."""
+    whole = traceback.TracebackException(type(value), value, _chain(frames))
+    link: traceback.TracebackException | None = whole
+    while link is not None:
+        for frame in link.stack:
+            frame.filename = _frame_name(shell, frame.filename)
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return "".join(whole.format()).rstrip("\n")
 
 
 def _details(summary: str, body: str) -> str:
@@ -374,16 +403,22 @@ def _details(summary: str, body: str) -> str:
     )
 
 
-def details_bundle(ename: str, compact: Compact | None, all_frames: str | None) -> dict[str, str]:
-    """The collapsed display that follows a compacted error: its full message, its every frame."""
+def details_bundle(
+    ename: str, compact: Compact | None, all_frames: str | None, exceptions: int = 1
+) -> dict[str, str]:
+    """The collapsed display that follows a compacted error: its full message, its every frame.
+
+    `exceptions`: how many exceptions `all_frames` holds (a chain, each with its frames and message).
+    """
     parts, plain = [], []
     if compact is not None:
         parts.append(_details(f"{ename}: the full message ({compact.total} lines)", compact.full))
         plain.append(f"the full message has {compact.total} lines")
     if all_frames is not None:
-        count = all_frames.count('  File "')
-        parts.append(_details(f"the whole traceback ({count} frames)", all_frames))
-        plain.append(f"the whole traceback {count} frames")
+        count = len(re.findall(r'^  File "', all_frames, flags=re.MULTILINE))  # not a message's "   File"
+        what = f"{count} frames" + (f", {exceptions} exceptions" if exceptions > 1 else "")
+        parts.append(_details(f"the whole traceback ({what})", all_frames))
+        plain.append(f"the whole traceback {what}")
     return {
         "text/plain": f"[{ename}: {', '.join(plain)}; the HTML view shows them collapsed]",
         "text/html": "\n".join(parts),
@@ -437,6 +472,53 @@ def _fit_messages(shell: Any, stb: list[str], value: BaseException) -> list[str]
     return stb
 
 
+def _one_of_chain(
+    shell: Any, exc: BaseException, frames: list[types.TracebackType], shown: int, context: int
+) -> list[str]:
+    """How IPython shows one exception of a chain (its header, frames and message), with only
+    its first `shown` frames, the others named in one line, and its message compacted or fitted."""
+    formatter = shell.InteractiveTB
+    ename = type(exc).__name__
+    # [header, one entry per frame, message, notes...] (ultratb's format_exception_as_a_whole)
+    (part,) = formatter.format_exception_as_a_whole(type(exc), exc, _chain(frames[:shown]), context, 0)
+    at = 1 + len(frames[:shown])
+    compact = compact_message(str(exc), ename)
+    message = compact.shown if compact is not None else fit_message(short_paths(str(exc)), _prefix(ename))
+    part[at : at + 1] = formatter.format_exception(ename, message)[:1]
+    if frames[shown:]:
+        part.insert(at, _left_out_line(shell, frames[shown:]))
+    return part
+
+
+def _compact_chain(
+    shell: Any, value: BaseException, frames: list[types.TracebackType], top: str
+) -> Rendered | None:
+    """A long chained exception shown short (see the module doc), or None when the formatter
+    cannot show one exception of a chain alone (an IPython without ultratb's methods)."""
+    formatter = shell.InteractiveTB
+    if not all(
+        hasattr(formatter, name)
+        for name in ("format_exception_as_a_whole", "prepare_chained_exception_message", "format_exception")
+    ):
+        return None
+    chain = _chain_of(value)[::-1]  # the first exception raised first, as IPython shows them
+    stb = [top]
+    for i, exc in enumerate(chain):
+        if i:  # "The above exception was the direct cause ..." or "During handling ..."
+            (between,) = formatter.prepare_chained_exception_message(exc.__cause__)
+            stb += between
+        if exc is value:  # the cell's frame, where the reader's code made the call
+            stb += _one_of_chain(shell, exc, frames, 1, CELL_CONTEXT)
+        else:  # its header and message: its frames are named, the whole chain follows collapsed
+            stb += _one_of_chain(shell, exc, _frames(exc.__traceback__), 0, CHAIN_CONTEXT)
+    compact = compact_message(str(value), type(value).__name__)
+    evalue = compact.shown if compact is not None else short_paths(str(value))
+    details = details_bundle(
+        type(value).__name__, compact, short_paths(_plain_chain(shell, value, frames)), len(chain)
+    )
+    return Rendered([short_paths(line) for line in stb], evalue, details)
+
+
 def render(
     shell: Any, etype: type[BaseException], value: BaseException, tb: types.TracebackType | None
 ) -> Rendered:
@@ -450,12 +532,18 @@ def render(
     compact = compact_message(str(value), ename)
     frames = _frames(tb)
     stb = formatter.structured_traceback(etype, value, _chain(frames), tb_offset=0)
-    all_frames = None
     # With frames shown ("Context", "Verbose"), IPython's list is [top line, header, frame, ..., message].
-    trim = (
-        len(frames) > 2 and not _chained(value) and getattr(formatter, "mode", "") in ("Context", "Verbose")
-    )
-    if trim and (compact is not None or "\n".join(stb).count("\n") + 1 > MAX_TRACEBACK_LINES):
+    verbose = getattr(formatter, "mode", "") in ("Context", "Verbose")
+    long = "\n".join(stb).count("\n") + 1 > MAX_TRACEBACK_LINES
+    if _chained(value) and verbose:
+        chain = _chain_of(value)
+        if long or any(compact_message(str(exc), type(exc).__name__) for exc in chain):
+            chained = _compact_chain(shell, value, frames, stb[0])
+            if chained is not None:
+                return chained
+    all_frames = None
+    trim = len(frames) > 2 and not _chained(value) and verbose
+    if trim and (compact is not None or long):
         all_frames = short_paths(_plain_traceback(shell, frames))
         stb = formatter.structured_traceback(etype, value, _chain([frames[0], frames[-1]]), tb_offset=0)
         stb = stb[:3] + [_left_out_line(shell, frames[1:-1])] + stb[3:]
@@ -486,7 +574,7 @@ def _handler(
     sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %tb and %debug
     try:
         rendered = render(shell, etype, value, tb)
-    except Exception:  # never lose the reader's error to a bug of ours
+    except Exception:  # noqa: BLE001 (never lose the reader's error to a bug of ours)
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return
     shell._showtraceback(etype, rendered.evalue, rendered.stb)

@@ -10,6 +10,7 @@ the read, so a missing wait loses every time.
 from __future__ import annotations
 
 import gc
+import statistics
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -141,6 +142,35 @@ def test_elapsed_time_between_timing_events_covers_the_work_between_them(ember: 
     end.record()
     end.synchronize()
     assert start.elapsed_time(end) >= 45.0
+
+
+def test_events_time_kernels_in_proportion_to_their_work_on_a_busy_machine_too(ember: ModuleType):
+    """The chapter's timing claim, measured its way: the same work (2^28 multiply-adds) between each
+    pair of events, both sizes alternated, medians, one host thread. A kernel runs on the calling thread,
+    so a preempted 512 product would otherwise count the machine's load against the larger size."""
+
+    def per_product_ms(a: torch.Tensor, count: int) -> float:
+        start, end = ember.Event(enable_timing=True), ember.Event(enable_timing=True)
+        start.record()
+        for _ in range(count):
+            a @ a
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / count
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        small, large = torch.randn(256, 256).to(E), torch.randn(512, 512).to(E)
+        per_product_ms(small, 1), per_product_ms(large, 1)
+        times: dict[int, list[float]] = {256: [], 512: []}
+        for _ in range(11):
+            times[256].append(per_product_ms(small, 16))
+            times[512].append(per_product_ms(large, 2))
+    finally:
+        torch.set_num_threads(threads)
+    ratio = statistics.median(times[512]) / statistics.median(times[256])
+    assert 4 < ratio < 16, times
 
 
 def test_a_race_between_streams_is_lost_without_a_wait_and_won_with_one(ember: ModuleType):

@@ -35,7 +35,7 @@ MACHINE_PATH = re.compile(r"(/work/|/tmp/|/root/|/home/|/usr/local/lib/python|/o
 def raised(call: Callable[[], Any]) -> BaseException:
     try:
         call()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 (any exception: the caller checks which)
         return error
     raise AssertionError("expected an exception")
 
@@ -73,16 +73,19 @@ def privateuse1_empty() -> None:
         [
             sys.executable,
             "-c",
-            "import torch\n"
-            "try:\n"
-            "    torch.ops.aten.empty.memory_format([2], device='privateuseone')\n"
-            "except NotImplementedError as error:\n"
-            "    print(error, end='')\n",
+            (
+                "import torch\n"
+                "try:\n"
+                "    torch.ops.aten.empty.memory_format([2], device='privateuseone')\n"
+                "except NotImplementedError as error:\n"
+                "    print(error, end='')\n"
+            ),
         ],
         capture_output=True,
         text=True,
         env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"),
         timeout=120,
+        check=False,  # a failure is asserted below, with its stderr
     )
     assert child.returncode == 0 and child.stdout, child.stderr[-2000:]
     raise NotImplementedError(child.stdout)
@@ -245,16 +248,20 @@ def test_the_privateuse1_error_shows_its_autograd_row_shortened() -> None:
             ["CPU: registered at <pytorch>/build/aten/src/ATen/RegisterCPU_3.cpp:4482 [kernel]"],
         ),
         (  # still too wide: the location and kind on an indented line
-            "AutogradCPU: registered at "
-            "/__w/pytorch/pytorch/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]",
+            (
+                "AutogradCPU: registered at "
+                "/__w/pytorch/pytorch/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]"
+            ),
             [
                 "AutogradCPU: registered at",
                 "    <pytorch>/torch/csrc/autograd/generated/VariableType_1.cpp:9109 [autograd kernel]",
             ],
         ),
         (  # and the kind on one more when that is too wide as well
-            "AutogradPrivateUse1: registered at "
-            "/__w/pytorch/pytorch/build/aten/src/ATen/RegisterCompositeImplicitAutograd_0.cpp:5570 [math kernel]",
+            (
+                "AutogradPrivateUse1: registered at "
+                "/__w/pytorch/pytorch/build/aten/src/ATen/RegisterCompositeImplicitAutograd_0.cpp:5570 [math kernel]"
+            ),
             [
                 "AutogradPrivateUse1: registered at",
                 "    <pytorch>/build/aten/src/ATen/RegisterCompositeImplicitAutograd_0.cpp:5570",
@@ -262,8 +269,10 @@ def test_the_privateuse1_error_shows_its_autograd_row_shortened() -> None:
             ],
         ),
         (
-            "ADInplaceOrView: fallthrough registered at "
-            "/__w/pytorch/pytorch/aten/src/ATen/core/VariableFallbackKernel.cpp:104 [backend fallback]",
+            (
+                "ADInplaceOrView: fallthrough registered at "
+                "/__w/pytorch/pytorch/aten/src/ATen/core/VariableFallbackKernel.cpp:104 [backend fallback]"
+            ),
             [
                 "ADInplaceOrView: fallthrough registered at",
                 "    <pytorch>/aten/src/ATen/core/VariableFallbackKernel.cpp:104 [backend fallback]",
@@ -410,6 +419,125 @@ def test_the_messages_of_chained_exceptions_are_wrapped(shell: tuple[Interactive
     joined = unwrapped(text)
     assert "NotImplementedError: inner" + " word" * 40 in joined
     assert joined.endswith("RuntimeError: outer" + " thing" * 30)
+    # A short chain is shown as IPython shows it, frames and all: nothing left out, nothing collapsed.
+    assert "left out" not in text and record.displays == []
+    assert text.count("Cell In[") == 2
+
+
+# Three exceptions, each raised while handling the one before, through frames of the cell's own
+# functions: IPython shows every frame of every exception with its source, more than fits a page.
+LONG_CHAIN = """
+def kernel(n):
+    if n:
+        return kernel(n - 1)
+    raise NotImplementedError("custom_abs: no fake impl, " + "so no fake tensor " * 12)
+
+
+def trace():
+    try:
+        kernel(3)
+    except NotImplementedError:
+        raise LookupError("custom_abs.default")
+
+
+def compile_and_run():
+    try:
+        trace()
+    except LookupError as error:
+        steps = [f"  step {i}: what failed" for i in range(12)]
+        message = "\\n".join(["Unsupported operator", *steps])
+        raise RuntimeError(message) from error
+
+
+compile_and_run()"""
+
+
+def visible_lines(text: str) -> list[str]:
+    """The lines of `text` that must fit the page: a line of one word (a URL) is left whole."""
+    return [line for line in text.split("\n") if " " in line.strip()]
+
+
+def test_a_long_chained_traceback_shows_every_message_and_the_cells_frame(
+    shell: tuple[InteractiveShell, Recorder],
+) -> None:
+    ip, record = shell
+    result = ip.run_cell(LONG_CHAIN)
+    error = result.error_in_exec
+    assert isinstance(error, RuntimeError), "the cell fails with the real exception"
+    assert isinstance(error.__cause__, LookupError)
+    assert isinstance(error.__cause__.__context__, NotImplementedError)
+    # The premise: IPython alone shows every frame of the chain, a wall of more than 40 lines.
+    whole = ip.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
+    assert len(ANSI.sub("", "\n".join(whole)).splitlines()) > errors.MAX_TRACEBACK_LINES
+    ((ename, evalue, stb),) = record.errors
+    text = ANSI.sub("", "\n".join(stb))
+    assert (ename, evalue) == ("RuntimeError", str(error))
+    assert len(text.splitlines()) < 40, text
+    # Every message, in the order raised, with the lines that join them.
+    order = [
+        "NotImplementedError: custom_abs: no fake impl,",
+        "During handling of the above exception, another exception occurred:",
+        "LookupError: custom_abs.default",
+        "The above exception was the direct cause of the following exception:",
+        "RuntimeError: Unsupported operator",
+    ]
+    at = [text.index(part) for part in order]
+    assert at == sorted(at), text
+    assert "so no fake tensor " * 11 in unwrapped(text), "the cause's message is whole"
+    assert text.endswith("  step 11: what failed")
+    # The frames: the cell's line that made the call; the others are named, not shown.
+    assert "Cell In[" in text and re.search(r"\n-+> \d+ compile_and_run\(\)\n", text), text
+    assert text.count("Cell In[") == 1 and "return kernel(n - 1)" not in text
+    assert text.count("left out, in <cell>]") == 3
+    assert "[... 5 frames left out" in text and "[... 1 frame left out" in text
+    assert max(widths(text)) <= errors.WIDTH, text
+    assert not [v for t, v in get_lexer_by_name("ipythontb").get_tokens(text) if t is Error]
+    # The whole chain, as Python prints it, one click away.
+    (bundle,) = record.displays
+    assert "the whole traceback (9 frames, 3 exceptions)" in bundle["text/html"]
+    page = errors.html.unescape(bundle["text/html"])
+    assert "raise RuntimeError(" in page and "return kernel(n - 1)" in page
+    assert "The above exception was the direct cause of the following exception:" in page
+    assert len(bundle["text/plain"].splitlines()) == 1
+
+
+@pytest.fixture
+def op_without_fake_impl() -> Iterator[str]:
+    """A custom operator with a CPU kernel and no fake implementation, as chapter 07's first one."""
+    library = torch.library.Library("book_errors_test", "DEF")
+    library.define("no_fake(Tensor x) -> Tensor")
+    library.impl("no_fake", lambda x: x.abs(), "CPU")
+    yield "torch.ops.book_errors_test.no_fake"
+    library._destroy()
+
+
+def test_a_compile_error_chained_to_the_missing_fake_impl_fits_well_on_a_page(
+    shell: tuple[InteractiveShell, Recorder], op_without_fake_impl: str
+) -> None:
+    """The real chain chapter 07 shows: torch.compile's Unsupported, raised from FakeTensor's
+    UnsupportedOperatorException, raised while handling the operator's NotImplementedError."""
+    ip, record = shell
+    ip.run_cell(
+        f"def scaled(t):\n    return {op_without_fake_impl}(t) * 2\n\n\n"
+        'torch.compile(scaled, backend="eager", fullgraph=True)(torch.ones(3))'
+    )
+    ((ename, _evalue, stb),) = record.errors
+    text = ANSI.sub("", "\n".join(stb))
+    assert ename == "Unsupported"
+    assert len(text.splitlines()) < 50, text
+    assert "NotImplementedError: book_errors_test::no_fake: attempted to run this operator" in text
+    assert "UnsupportedOperatorException: book_errors_test.no_fake.default" in text
+    assert "Unsupported: Operator does not support running with fake tensors" in text
+    assert "in scaled" in text and "return torch.ops.book_errors_test.no_fake(t) * 2" in text
+    assert "left out, in <torch>/_dynamo/eval_frame.py]" in text
+    assert max(widths("\n".join(visible_lines(text)))) <= errors.WIDTH, text
+    assert not MACHINE_PATH.search(text)
+    assert not [v for t, v in get_lexer_by_name("ipythontb").get_tokens(text) if t is Error]
+    (bundle,) = record.displays
+    # Its frames: two under FakeTensorMode, none of its own, the cell and Dynamo's wrapper; the
+    # "File" line of the message's "from user code:" is not one of them.
+    assert "the whole traceback (4 frames, 3 exceptions)" in bundle["text/html"]
+    assert not MACHINE_PATH.search(bundle["text/html"])
 
 
 def test_syntax_errors_keep_ipythons_display(shell: tuple[InteractiveShell, Recorder]) -> None:
