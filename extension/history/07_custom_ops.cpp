@@ -9,15 +9,14 @@
 // `python -m book.sync --compact-history`.
 
 // ember-book: begin custom_abs.v1
-@@ -20,2 +19,0 @@ sha256:ac685c7418
-@@ -35,10 +33,4 @@ sha256:f082564131
+@@ -33,10 +33,4 @@ sha256:f082564131
 +  // The loop wants contiguous memory (a copy, if self is a strided view).
 +  const at::Tensor input = self.contiguous();
 +  at::Tensor out = at::empty(input.sizes(), input.options());
 +  if (input.numel() == 0) {
-@@ -47,2 +39,2 @@ sha256:02fd36843d
+@@ -45,2 +39,2 @@ sha256:02fd36843d
 +  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "custom_abs_ember", [&] {
 +    const scalar_t* in = input.const_data_ptr<scalar_t>();
-@@ -50,1 +42,1 @@ sha256:5486cf8b6d
+@@ -48,1 +42,1 @@ sha256:5486cf8b6d
 +    const int64_t n = input.numel();
 // ember-book: end custom_abs.v1

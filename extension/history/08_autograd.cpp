@@ -24,5 +24,5 @@ TORCH_LIBRARY_IMPL(ember, Autograd, m) {
 // ember-book: end autograd_custom_abs_inplace.v1
 
 // ember-book: begin autograd_custom_abs.v2
-@@ -13,4 +12,0 @@ sha256:056e7f7610
+@@ -9,4 +8,0 @@ sha256:056e7f7610
 // ember-book: end autograd_custom_abs.v2

@@ -19,6 +19,6 @@
 // ember-book: end autocast_mm.v1
 
 // ember-book: begin autocast_custom_abs.v1
-@@ -17,2 +17,1 @@ sha256:8866df809b
+@@ -14,2 +14,1 @@ sha256:8866df809b
 +TORCH_LIBRARY_IMPL(ember, Autocast, m) {
 // ember-book: end autocast_custom_abs.v1

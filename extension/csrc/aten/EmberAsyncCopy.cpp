@@ -5,16 +5,13 @@
 #include <torch/library.h>
 
 #include "runtime/EmberCheck.h"
+#include "runtime/EmberPinned.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin copy_non_blocking
 #include <ATen/ops/copy_native.h> // at::native::copy_, copy_'s default kernel
 
 namespace ember {
-
-// Pinned host memory (pinned_memory).
-bool isPinnedPtr(const void* ptr);
-void recordPinnedUse(const void* ptr, int device, emStream_t stream);
 
 // The copies a stream can run on its own: same bytes on both sides (dtype,
 // shape, strides, dense, math bits), between an ember tensor and pinned

@@ -12,6 +12,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include "aten/EmberCustomOps.h"
+
 // ember-book: begin autocast_fallthrough
 // With autocast on, every operator on an ember tensor enters
 // AutocastPrivateUse1. Those without a wrapper skip the key: a fallthrough
@@ -79,9 +81,6 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 
 // ember-book: begin autocast_custom_abs
 namespace ember {
-
-// Chapter 07's cached handle to ember::custom_abs (its unit defines it).
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 
 // custom_abs computes in float32 and float64 only: under autocast its input
 // is often float16 (an mm's output), so it runs in float32, the fp32 policy.

@@ -17,6 +17,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "aten/EmberCustomOps.h"
+
 // ember-book: begin autograd_custom_abs_inplace
 // An in-place twin of custom_abs, to show what autograd needs from a
 // mutating operator. One kernel serves every backend: registered at
@@ -55,10 +57,6 @@ TORCH_LIBRARY_IMPL(ember, ADInplaceOrView, m) {
 
 // ember-book: begin autograd_custom_abs
 namespace ember {
-
-// Chapter 07's cached handle to ember::custom_abs. It is defined in chapter
-// 07's translation unit, so this one needs the declaration.
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 
 // custom_abs's derivative: d|x|/dx = sgn(x) (0 at 0, as for aten::abs).
 struct CustomAbsFunction

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "aten/EmberCustomOps.h"
 #include "aten/EmberLaunch.h"
 
 // ember-book: begin custom_abs
@@ -36,8 +37,6 @@ void checkCustomAbs(const at::Tensor& self) {
               "ember::custom_abs: expected a float32 or float64 tensor, got ",
               self.scalar_type(), " on ", self.device());
 }
-
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& customAbsOp();
 
 at::Tensor customAbsCpu(const at::Tensor& self) {
   checkCustomAbs(self);

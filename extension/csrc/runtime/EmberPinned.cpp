@@ -13,6 +13,7 @@
 
 #include "runtime/EmberCheck.h"
 #include "runtime/EmberHooks.h"
+#include "runtime/EmberPinned.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin pinned_memory
