@@ -6,16 +6,23 @@ the build cell would get slower with every chapter. Instead the parts are split
 the way the package splits them into files:
 
 - a *header part* (its region lives in a ``.h`` file of ``extension/csrc``:
-  macros, templates, inline helpers) is seen by every unit after it;
+  macros, templates, inline helpers) is seen by every unit of its chapter and
+  of the chapters after it;
 - every other part is compiled in exactly one unit, with the other parts of
   its chapter's file of ``extension/csrc`` (a part the package does not have,
   such as an exercise or a reader's new cell, goes with its chapter's previous
-  part). A chapter's files are dealt into two units, compiled at once: each
-  unit pays a fixed cost for the precompiled prelude, and more units than
-  compilers would only add to it.
+  part). With Clang, each of a chapter's files is a unit of its own: a
+  chapter with several ``book.build()`` cells then compiles, in each, only the
+  files its new cells touch, and links the objects of the files the cells
+  before it compiled. With GCC, whose precompiled header costs every unit ~2 s
+  (`book.toolchain`), a chapter's files are dealt into two units instead.
 - a unit that uses ``torch::autograd`` is compiled against a second
   precompiled prelude that also holds chapter 08's autograd headers
-  (`book.toolchain.AUTOGRAD_FLAG`).
+  (`book.toolchain.AUTOGRAD_FLAG`), without optimization. With Clang, so is
+  every unit whose own parts run no code on the device: only code inside an
+  ``ember::launch`` (and the loops the sources mark ``#pragma GCC optimize``)
+  needs optimizing; registrations, wrappers and calls into ATen's CPU kernels
+  compile in about 60 % of the time at ``-O0``.
 
 A unit is its header parts, then its own parts, each in book order. Its text does not
 depend on later chapters, so its object, compiled the first time any build
@@ -49,8 +56,11 @@ PREAMBLE = (
 # A unit that names torch::autograd (or includes its headers) gets the autograd
 # variant of the precompiled prelude (book.toolchain.AUTOGRAD_FLAG).
 _AUTOGRAD = re.compile(r"\btorch::autograd\b|torch/csrc/autograd/")
-# How many units of a chapter compile at once (the development machine's cores).
+# How many units of a chapter compile at once (the development machine's cores),
+# and, with GCC, how many units a chapter's files are dealt into.
 COMPILERS = 2
+# Code that runs on the device: an ember::launch, or loops the sources mark for GCC to optimize.
+_DEVICE_CODE = re.compile(r"\blaunch\s*(?:<[^;{}]*>)?\s*\(|#\s*pragma\s+GCC\s+optimize")
 
 
 @dataclass(frozen=True)
@@ -61,17 +71,32 @@ class Unit:
     group: str  # the file of extension/csrc its own parts live in, or "cells"
     parts: tuple[CppPart, ...]  # its own parts and the header parts it sees, in book order
     text: str
+    own: tuple[CppPart, ...] = ()  # its own parts (the others are header parts)
 
     # Cached: the key hashes the unit's text and reads the prelude, and a build
     # asks for each unit's object path several times.
     @cached_property
     def key(self) -> str:
-        return environment.current().unit_key(self.text)
+        return environment.current().unit_key(f"// prelude variant: {self.unoptimized}\n{self.text}")
 
     @cached_property
     def autograd(self) -> bool:
-        """Whether it is compiled against the prelude with chapter 08's autograd headers."""
+        """Whether it names torch::autograd (it needs the prelude with chapter 08's autograd headers)."""
         return _AUTOGRAD.search(self.text) is not None
+
+    @cached_property
+    def runs_on_device(self) -> bool:
+        """Whether its own parts hold device code (a launch, or loops marked for optimizing)."""
+        return any(_DEVICE_CODE.search(part.source) for part in self.own)
+
+    @cached_property
+    def unoptimized(self) -> bool:
+        """Whether it compiles against the prelude variant of autograd units, without optimization.
+
+        Units that use torch::autograd do, and, with Clang, every unit whose own parts run
+        no code on the device (registrations, wrappers, calls into ATen's CPU kernels).
+        """
+        return self.autograd or (toolchain._is_clang() and bool(self.own) and not self.runs_on_device)
 
     @property
     def object(self) -> Path:
@@ -103,9 +128,18 @@ def source_text(parts: Iterable[CppPart], epilogue: tuple[str, str] | None = Non
     return "\n".join(lines)
 
 
-def split(parts: list[CppPart], files: dict[str, str] | None = None) -> list[Unit]:
-    """The units of a build, in the order of each unit's last part."""
+def split(
+    parts: list[CppPart],
+    files: dict[str, str] | None = None,
+    per_file: bool | None = None,
+) -> list[Unit]:
+    """The units of a build, in the order of each unit's last part.
+
+    `per_file`: one unit per (chapter, file) (the default with Clang), else a chapter's files
+    are dealt into at most COMPILERS units (the default with GCC).
+    """
     files = part_files() if files is None else files
+    per_file = toolchain._is_clang() if per_file is None else per_file
 
     def is_header(part: CppPart) -> bool:
         return not part.is_exercise and files.get(part.name, "").endswith(".h")
@@ -124,38 +158,67 @@ def split(parts: list[CppPart], files: dict[str, str] | None = None) -> list[Uni
         previous[part.chapter] = group
         groups.append(group)
 
-    # A chapter's files are dealt, in book order, into at most COMPILERS units:
-    # every unit pays a fixed ~2 s (the prelude's pending template
-    # instantiations), so one unit per file would cost more than the two
-    # compilers running at once save.
+    # With GCC a chapter's files are dealt, in book order, into at most
+    # COMPILERS units: every unit pays a fixed ~2 s (the prelude's pending
+    # template instantiations), so one unit per file would cost more than the
+    # two compilers running at once save.
     bins: dict[tuple[str, str], tuple[str, int]] = {}
     for group in groups:
         if group is not None and group not in bins:
             chapter = group[0]
-            bins[group] = (chapter, sum(1 for other in bins if other[0] == chapter) % COMPILERS)
+            index = len(bins) if per_file else sum(1 for other in bins if other[0] == chapter) % COMPILERS
+            bins[group] = (chapter, index)
     files_of: dict[tuple[str, int], list[str]] = {}
     for (_chapter, file), unit_bin in bins.items():
         files_of.setdefault(unit_bin, []).append(file)
     binned = [None if group is None else bins[group] for group in groups]
 
-    # A unit opens with every header part shown before its last part, then its
-    # own parts, as a file of the package includes its headers first. A part
-    # a later chapter revises keeps its first place in the build, so without
-    # this it would come before the reviser's own header parts.
-    last_index = {unit_bin: index for index, unit_bin in enumerate(binned) if unit_bin is not None}
+    # A unit opens with the header parts of its chapter and the chapters before
+    # it, in book order, then its own parts, as a file of the package includes
+    # its headers first. Not only those shown before its parts: a part that a
+    # later chapter revises (or its own chapter, in a later cell) keeps its
+    # first version's place in the build, yet calls what the reviser's headers
+    # declare. The header parts of later chapters stay out, so that a unit's
+    # text does not depend on them.
+    shown_at = [
+        1 + max(i for i, other in enumerate(parts) if other.chapter <= part.chapter) for part in parts
+    ]
+    last_index: dict[tuple[str, int], int] = {}
+    last_shown: dict[tuple[str, int], int] = {}
+    for index, unit_bin in enumerate(binned):
+        if unit_bin is not None:
+            last_index[unit_bin] = index
+            last_shown[unit_bin] = max(last_shown.get(unit_bin, 0), shown_at[index])
     units = []
-    for unit_bin, last in sorted(last_index.items(), key=lambda item: item[1]):
-        shown = list(zip(parts[: last + 1], binned, strict=False))
-        seen = tuple(part for part, other in shown if other is None) + tuple(
-            part for part, other in shown if other == unit_bin
+    for unit_bin, _last in sorted(last_index.items(), key=lambda item: item[1]):
+        shown = last_shown[unit_bin]
+        headers = tuple(
+            part
+            for index, (part, other) in enumerate(zip(parts, binned, strict=True))
+            if other is None and index < shown
         )
-        units.append(Unit(unit_bin[0], " + ".join(files_of[unit_bin]), seen, source_text(seen)))
+        own = tuple(part for part, other in zip(parts, binned, strict=True) if other == unit_bin)
+        seen = headers + own
+        units.append(
+            Unit(
+                unit_bin[0],
+                " + ".join(files_of[unit_bin]),
+                seen,
+                source_text(seen),
+                own,
+            )
+        )
     return units
 
 
 def compile_objects(units: list[Unit], summary: str) -> list[Path]:
     """The object files of `units`, compiling (in parallel) those not in the cache."""
     missing = [unit for unit in units if not unit.object.exists()]
+    # The longest first, so that the last compiler to finish starts a short one:
+    # by its own code's size, optimized code counting double.
+    missing.sort(
+        key=lambda unit: -sum(len(part.source) for part in unit.own) * (1 if unit.unoptimized else 2)
+    )
     if missing:
         toolchain.prelude_dir()  # precompiled once, before the compilers that use it start
         workers = max(1, min(len(missing), os.cpu_count() or 1))
@@ -179,8 +242,8 @@ def _compile_object(unit: Unit) -> tuple[Unit, str] | None:
     partial = target.with_name(f"{stem}.partial.o")
     command = [
         toolchain.unit_compiler(),
-        *toolchain.unit_flags(unit.autograd),
-        *toolchain.pch_flags(unit.autograd),
+        *toolchain.unit_flags(unit.unoptimized),
+        *toolchain.pch_flags(unit.unoptimized),
     ]
     command += [f"-I{CSRC}", "-c", str(source), "-o", str(partial)]
     result = subprocess.run(command, capture_output=True, text=True)

@@ -87,9 +87,19 @@ CLAIMS = textwrap.dedent(
     from book.widgets import by_chapter, by_chapter_view
 
     ops = ["aten::empty.memory_format", "aten::native_batch_norm", "aten::add.out", "aten::_foobar", "aten::mm",
-           "aten::allclose", "ember::custom_abs", "aten::convolution", "aten::max_pool2d_with_indices"]
+           "aten::allclose", "ember::custom_abs", "aten::convolution", "aten::max_pool2d_with_indices",
+           "aten::convolution_overrideable"]
     data = by_chapter.read(ops)
     facts["groups"] = {stem: sorted({f.op for f in g.kernels}) for stem, g in data.groups.items()}
+    facts["filled"] = {
+        f"{f.op} {f.key}": [f.chapter, f.part, f.revised_in, f.entry.location]
+        for g in data.groups.values()
+        for f in g.kernels
+    }
+    facts["revised"] = {stem: g.revised for stem, g in data.groups.items()}
+    everything = by_chapter.read()
+    facts["all_groups"] = {stem: len(g.kernels) for stem, g in everything.groups.items()}
+    facts["all_revised"] = {stem: g.revised for stem, g in everything.groups.items()}
     facts["shared"] = {stem: [[s.key, s.part, s.entry.kind] for s in g.shared] for stem, g in data.groups.items()}
     facts["unattributed"] = len(data.unattributed)
     facts["chapter_of"] = {
@@ -162,6 +172,7 @@ def test_dispatch_table_groups_entries_by_the_chapter_that_registered_them(facts
     assert "02_minimal_ops.ipynb[" in line
     # Chapter 14's kernels: batch norm is no longer served by chapter 03's fallback.
     assert chapter_of["aten::native_batch_norm"] == "14_capstone"
+    assert facts["filled"]["aten::native_batch_norm PrivateUse1"][2] is None  # not revised
     # An operator with no kernel of its own is served by chapter 03's fallback.
     assert ["PrivateUse1", "cpu_fallback", "fallback"] in facts["shared"]["03_fallback"]
     assert ["AutocastPrivateUse1", "autocast_fallthrough", "fallthrough"] in facts["shared"]["09_autocast"]
@@ -170,6 +181,33 @@ def test_dispatch_table_groups_entries_by_the_chapter_that_registered_them(facts
     # Every group is a chapter of the book, in book order.
     assert set(groups) <= {path.stem for path in chapter_paths()}
     assert list(groups) == sorted(groups)
+
+
+def test_a_revised_kernel_stays_with_the_chapter_that_introduced_it(facts: dict[str, Any]) -> None:
+    # Chapter 14 revised chapter 04's binary kernels: the dispatcher's location names chapter 14's
+    # version, the row stays with chapter 04, marked as revised in 14.
+    chapter, part, revised_in, location = facts["filled"]["aten::add.out PrivateUse1"]
+    assert (chapter, part, revised_in) == ("04_stub_kernels", "binary_ops", "14_capstone")
+    assert location.startswith("14_capstone.ipynb[binary_ops]")
+    assert facts["chapter_of"]["aten::add.out"] == "04_stub_kernels"
+    # The convolution: introduced by a chapter before 14 (the one whose version first registers it).
+    chapter, part, revised_in, _ = facts["filled"]["aten::convolution_overrideable PrivateUse1"]
+    assert chapter < "14" and revised_in == "14_capstone"
+    assert "revised in 14" in facts["html"]
+
+
+def test_every_chapter_that_registered_kernels_keeps_its_rows(facts: dict[str, Any]) -> None:
+    # Chapter 04's rows no longer move to chapter 14, which revised its kernel parts: they are marked.
+    groups, revised = facts["all_groups"], facts["all_revised"]
+    stub = next(stem for stem in groups if stem.startswith("04"))
+    assert groups[stub] >= 20 and revised[stub].get("14_capstone", 0) >= 20
+    # The chapters split out of chapter 04 (matrix products, convolution) keep theirs too.
+    for number in ("05", "06"):
+        stems = [stem for stem in groups if stem.startswith(number)]
+        if any(path.stem.startswith(number) for path in chapter_paths()):
+            assert stems and groups[stems[0]] > 0, number
+    # Chapter 14's own rows are the kernels it introduced, none of them revised.
+    assert groups["14_capstone"] > 0 and revised["14_capstone"] == {}
 
 
 def test_by_chapter_widget_renders_static_deterministic_html(facts: dict[str, Any]) -> None:

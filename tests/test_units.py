@@ -26,12 +26,19 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
     first = source_part("01_allocator", "first", "int first() { return EMBER_TEST_ANSWER; }")
     other_file = source_part("01_allocator", "other", "int other() { return 1; }")
     second = source_part("02_minimal_ops", "second", "int second() { return EMBER_TEST_ANSWER + 1; }")
-    files = {"test_header": "runtime/Answer.h", "first": "runtime/A.cpp", "other": "runtime/B.cpp"}
+    files = {
+        "test_header": "runtime/Answer.h",
+        "first": "runtime/A.cpp",
+        "other": "runtime/B.cpp",
+    }
     split = units.split([HEADER, first, other_file, second], files=files)
     assert [(unit.chapter, unit.group) for unit in split] == [
         ("01_allocator", "runtime/A.cpp"),
         ("01_allocator", "runtime/B.cpp"),
-        ("02_minimal_ops", "cells"),  # a part the package does not have, first of its chapter
+        (
+            "02_minimal_ops",
+            "cells",
+        ),  # a part the package does not have, first of its chapter
     ]
     assert [[part.name for part in unit.parts] for unit in split] == [
         ["test_header", "first"],
@@ -106,7 +113,9 @@ def test_an_error_in_another_chapters_unit_names_its_cell(chapter01_parts):
     assert f"01_allocator.ipynb[broken_{tag}]:2" in message and "fourty_two" in message
 
 
-def test_a_rebuild_refreshes_python_handles_to_the_operators_it_redefines(chapter01_parts):
+def test_a_rebuild_refreshes_python_handles_to_the_operators_it_redefines(
+    chapter01_parts,
+):
     def library(answer: int) -> CppPart:
         body = f"""\
 TORCH_LIBRARY(booktest, m) {{
@@ -144,10 +153,19 @@ def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_p
     try:
         fails_holding_device_memory()
     except RuntimeError as error:  # what the interpreter keeps after an uncaught error
-        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+        sys.last_type, sys.last_value, sys.last_traceback = (
+            type(error),
+            error,
+            error.__traceback__,
+        )
     assert builder.live_device_allocations()[0] == 1
     tag = uuid.uuid4().hex[:8]
-    builder.build(parts=[*chapter01_parts, source_part("01_allocator", tag, "int unused() { return 0; }")])
+    builder.build(
+        parts=[
+            *chapter01_parts,
+            source_part("01_allocator", tag, "int unused() { return 0; }"),
+        ]
+    )
     assert builder.live_device_allocations()[0] == 0
 
 
@@ -160,10 +178,10 @@ def test_an_exercise_joins_the_unit_of_the_part_before_it():
     ]
 
 
-def test_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
+def test_with_gcc_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
     parts = [source_part("04_stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(5)]
     files = {f"p{i}": f"aten/F{i}.cpp" for i in range(5)}
-    split = units.split(parts, files=files)
+    split = units.split(parts, files=files, per_file=False)
     assert units.COMPILERS == 2
     assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [  # by last part
         ("aten/F1.cpp + aten/F3.cpp", ["p1", "p3"]),
@@ -171,12 +189,83 @@ def test_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
     ]
 
 
+def test_with_clang_each_file_of_a_chapter_is_a_unit_of_its_own():
+    parts = [source_part("04_stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(4)]
+    files = {
+        "p0": "aten/F0.cpp",
+        "p1": "aten/F1.cpp",
+        "p2": "aten/F0.cpp",
+        "p3": "aten/F2.cpp",
+    }
+    split = units.split(parts, files=files, per_file=True)
+    assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [
+        ("aten/F1.cpp", ["p1"]),
+        ("aten/F0.cpp", ["p0", "p2"]),
+        ("aten/F2.cpp", ["p3"]),
+    ]
+
+
+def test_a_later_build_cell_of_a_chapter_reuses_the_units_of_the_files_it_did_not_touch():
+    # Chapter 14 builds in groups: the second build adds files, the first build's units stay as they were.
+    header = CppPart("14_capstone", "test_host", "namespace ember { int host(); }\n")
+    first = source_part("14_capstone", "first", "int first() { return host(); }")
+    second = source_part("14_capstone", "second", "int second() { return host() + 1; }")
+    files = {"test_host": "aten/Host.h", "first": "aten/A.cpp", "second": "aten/B.cpp"}
+    before = [source_part("13_renaming", "earlier", "int earlier() { return 0; }")]
+    one = units.split([*before, header, first], files=files, per_file=True)
+    two = units.split([*before, header, first, second], files=files, per_file=True)
+    assert [unit for unit in two if unit.group != "aten/B.cpp"] == one
+
+
+def test_a_revision_sees_the_header_parts_its_chapter_shows_after_its_place():
+    # A revision keeps the first version's place (chapter 04's), yet its own chapter's header parts,
+    # shown later in book order, come first in its unit; a unit of chapter 07 does not see them.
+    p04 = source_part("04_stub_kernels", "kernels", "int kernels() { return 4; }")
+    revised = source_part("14_capstone", "revised", "int revised() { return declared(); }")
+    p07 = source_part("07_custom_ops", "custom", "int custom() { return 7; }")
+    declares = CppPart("14_capstone", "test_decl", "namespace ember { int declared(); }\n")
+    files = {
+        "kernels": "aten/K.cpp",
+        "revised": "aten/R.cpp",
+        "custom": "aten/C.cpp",
+        "test_decl": "aten/Decl.h",
+    }
+    split = units.split([p04, revised, p07, declares], files=files, per_file=True)
+    seen = {unit.group: [part.name for part in unit.parts] for unit in split}
+    assert seen == {
+        "aten/K.cpp": ["kernels"],
+        "aten/R.cpp": ["test_decl", "revised"],
+        "aten/C.cpp": ["custom"],
+    }
+
+
+def test_with_clang_only_units_that_run_device_code_are_optimized():
+    files = {
+        "launches": "aten/L.cpp",
+        "marked": "aten/M.cpp",
+        "registers": "aten/R.cpp",
+    }
+    launches = source_part("04_stub_kernels", "launches", "void f() { ember::launch(0, [] {}); }")
+    marked = source_part("04_stub_kernels", "marked", '#pragma GCC optimize("O3")\nint g() { return 1; }')
+    registers = source_part("04_stub_kernels", "registers", "int h() { return 2; }")
+    split = units.split([launches, marked, registers], files=files, per_file=True)
+    assert [unit.runs_on_device for unit in split] == [True, True, False]
+    clang = toolchain._is_clang()
+    assert [unit.unoptimized for unit in split] == [False, False, clang]
+    assert not any(unit.autograd for unit in split)
+
+
 def test_only_units_naming_torch_autograd_get_the_autograd_prelude():
     plain = source_part("07_custom_ops", "plain", "int plain() { return 0; }")
     tag = uuid.uuid4().hex[:8]  # a new unit: it is compiled, not fetched from the cache
-    uses = source_part("08_autograd", "uses", f"using Context_{tag} = torch::autograd::AutogradContext;")
+    uses = source_part(
+        "08_autograd",
+        "uses",
+        f"using Context_{tag} = torch::autograd::AutogradContext;",
+    )
     split = units.split([plain, uses], files={"plain": "aten/A.cpp", "uses": "aten/B.cpp"})
     assert [unit.autograd for unit in split] == [False, True]
+    assert split[1].unoptimized
     assert "EMBER_BOOK_AUTOGRAD" in toolchain.prelude_text()
     assert toolchain.prelude_dir(True) != toolchain.prelude_dir(False)
     # The autograd unit compiles against its prelude (torch::autograd is declared there).

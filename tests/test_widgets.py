@@ -365,3 +365,50 @@ def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> Non
 def test_only_the_books_cpp_and_kernels_at_embers_keys_are_ember_kernels(key, location, kind):
     step = tr.Step(key, t.Entry(t.KERNEL, location=location), tr.RAN, inferred=False)
     assert tr.kernel_kind(step) == kind
+
+
+# -- the by-chapter table (book.show_by_chapter): rows stay with the chapter that introduced them --------
+
+
+def test_a_revised_registration_stays_with_the_chapter_that_introduced_it() -> None:
+    from book.widgets import by_chapter
+
+    # Chapter 14 revises chapter 04's binary kernels: add.out was registered by chapter 04's first version.
+    assert by_chapter.introduced_by("14_capstone", "binary_ops", "aten::add.out") == "04_stub_kernels"
+    assert by_chapter.introduced_by("14_capstone", "binary_ops") == "04_stub_kernels"
+    # A part chapter 14 introduced, and a part no notebook shows (a reader's new cell).
+    assert by_chapter.introduced_by("14_capstone", "batch_norm", "aten::native_batch_norm") == "14_capstone"
+    assert by_chapter.introduced_by("14_capstone", "no_such_part", "aten::add.out") == "14_capstone"
+    # An operator a revision registers and no earlier version names belongs to the reviser.
+    versions = by_chapter._versions("14_capstone", "blas_ops")
+    assert len(versions) >= 2 and versions[-1][0] == "14_capstone"
+    if '"addr"' in versions[-1][1] and not any('"addr"' in source for _, source in versions[:-1]):
+        assert by_chapter.introduced_by("14_capstone", "blas_ops", "aten::addr") == "14_capstone"
+    assert by_chapter.introduced_by("14_capstone", "blas_ops", "aten::mm.out") == versions[0][0]
+
+
+def test_the_by_chapter_view_marks_revised_entries() -> None:
+    from book.widgets import by_chapter as b
+    from book.widgets import by_chapter_view as v
+
+    location = "14_capstone.ipynb[binary_ops]:12"
+    kernel = t.Entry(t.KERNEL, location=location, provenance="kernel")
+    fallback = t.Entry(t.FALLBACK, location="03_fallback.ipynb[cpu_fallback]:39", provenance="fallback")
+    stub = b.ChapterGroup(
+        "04_stub_kernels",
+        kernels=[
+            b.Filled("aten::add.out", "PrivateUse1", kernel, "04_stub_kernels", "binary_ops", "14_capstone"),
+            b.Filled("aten::mul.out", "PrivateUse1", kernel, "04_stub_kernels", "binary_ops", "14_capstone"),
+        ],
+    )
+    fallback_group = b.ChapterGroup(
+        "03_fallback", shared=[b.Shared("PrivateUse1", fallback, "03_fallback", "cpu_fallback", 500)]
+    )
+    data = b.ByChapter(2, ("PrivateUse1",), {"03_fallback": fallback_group, "04_stub_kernels": stub}, {}, [])
+    assert stub.revised == {"14_capstone": 2} and fallback_group.revised == {}
+    text = v.render_text(data)
+    row = next(line for line in text.splitlines() if line.startswith("04_stub_kernels"))
+    assert row.split()[1:5] == ["2", "2", "2", "in"] and "14" in row
+    html = v.render_html(data)
+    assert html.count("revised in 14") == 2  # each of chapter 04's rows, in its details
+    assert "revised later</th>" in html and "2 in 14" in html

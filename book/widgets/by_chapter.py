@@ -5,8 +5,10 @@ Everything is read from the live dispatcher (`book.widgets.table.parse_table`, i
 each part after a ``#line 1 "NN_stem.ipynb[part]"`` directive (`book.units.source_text`), so the
 ``registered at`` location the dispatcher keeps for a ``TORCH_LIBRARY_IMPL`` block names the
 notebook and the part whose code made the registration: the chapter is read off it. A part that a
-later chapter revised is compiled from the revision, so its entries belong to the revising chapter
-(the one whose code fills them in the finished backend).
+later chapter revised is compiled from the revision, so the location names the revising chapter. Its
+entries still belong to the chapter that introduced them, the chapter of the part's first version
+that names the operator (`introduced_by`, read from the notebooks' versions of the part), and are
+marked as revised in the chapter whose version is compiled.
 
 Three kinds of entries at ember's keys:
 
@@ -22,9 +24,12 @@ Three kinds of entries at ember's keys:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 
+from book.regions import versions_through
 from book.widgets import table as t
 
 # The runtime keys that belong to ember's device type.
@@ -53,6 +58,30 @@ def origin(location: str | None) -> tuple[str, str] | None:
     return (match["chapter"], match["part"]) if match else None
 
 
+@cache
+def _versions(compiled: str, part: str) -> tuple[tuple[str, str], ...]:
+    """(chapter, source) of every version of `part` shown up to chapter `compiled`, in book order."""
+    return tuple((version.chapter, version.source) for version in versions_through(compiled, part))
+
+
+def introduced_by(compiled: str, part: str, op: str | None = None) -> str:
+    """The chapter that introduced a registration that chapter `compiled`'s version of `part` makes.
+
+    For `op`: the chapter of the part's first version whose text names the operator (``"add.out"``,
+    ``"aten::add.out"``, or a schema ``"custom_abs(Tensor x) -> Tensor"``), since a revision can
+    register operators its first version did not; `compiled` if no version names it. Without
+    `op` (a backend fallback or fallthrough): the chapter of the part's first version. A part no
+    notebook shows (a reader's edited cell) counts for `compiled`.
+    """
+    versions = _versions(compiled, part)
+    if not versions:
+        return compiled
+    if op is None:
+        return versions[0][0]
+    named = re.compile(r'"(?:\w+::)?' + re.escape(op.split("::", 1)[-1]) + r'["(]')
+    return next((chapter for chapter, source in versions if named.search(source)), compiled)
+
+
 @dataclass(frozen=True)
 class Filled:
     """One entry of ember's dispatch table that a chapter's code registered."""
@@ -60,8 +89,9 @@ class Filled:
     op: str
     key: str
     entry: t.Entry
-    chapter: str
+    chapter: str  # the chapter that introduced the registration
     part: str
+    revised_in: str | None = None  # the later chapter whose version of the part is compiled
 
 
 @dataclass(frozen=True)
@@ -70,9 +100,10 @@ class Shared:
 
     key: str
     entry: t.Entry
-    chapter: str
+    chapter: str  # the chapter that introduced the registration
     part: str
     serves: int
+    revised_in: str | None = None  # the later chapter whose version of the part is compiled
 
 
 @dataclass
@@ -88,6 +119,12 @@ class ChapterGroup:
     @property
     def parts(self) -> list[str]:
         return sorted({f.part for f in self.kernels} | {s.part for s in self.shared})
+
+    @property
+    def revised(self) -> dict[str, int]:
+        """How many of its entries each later chapter revised: revising chapter -> entries."""
+        found = Counter(f.revised_in for f in self.kernels) + Counter(s.revised_in for s in self.shared)
+        return {chapter: found[chapter] for chapter in sorted(filter(None, found))}
 
     @property
     def keys(self) -> list[str]:
@@ -112,14 +149,22 @@ class ByChapter:
                 return group
         raise LookupError(f"no chapter {chapter!r} filled an entry of ember's dispatch table")
 
-    def chapter_of(self, op: str, key: str = "PrivateUse1") -> str | None:
-        """The chapter whose code filled `op` at `key` (a kernel, or the fallback that serves it)."""
+    def filled(self, op: str, key: str = "PrivateUse1") -> Filled | None:
+        """The kernel a chapter registered for `op` at `key`, if any."""
         for group in self.groups.values():
-            if any(f.op == op and f.key == key for f in group.kernels):
-                return group.chapter
+            for filled in group.kernels:
+                if filled.op == op and filled.key == key:
+                    return filled
+        return None
+
+    def chapter_of(self, op: str, key: str = "PrivateUse1") -> str | None:
+        """The chapter that introduced the entry of `op` at `key` (a kernel, or the fallback that serves it)."""
+        filled = self.filled(op, key)
+        if filled is not None:
+            return filled.chapter
         entry = t.parse_table(op).get(key)
         found = origin(entry.location) if entry is not None and entry.kind in SHARED_KINDS else None
-        return found[0] if found else None
+        return introduced_by(*found) if found else None
 
 
 def read(ops: Iterable[str] | None = None, keys: Iterable[str] = EMBER_KEYS) -> ByChapter:
@@ -147,12 +192,17 @@ def read(ops: Iterable[str] | None = None, keys: Iterable[str] = EMBER_KEYS) -> 
             elif entry.kind in SHARED_KINDS:
                 shared.setdefault((key, *found), []).append(entry)
             else:
-                kernels.append(Filled(op, key, entry, *found))
+                compiled, part = found
+                chapter = introduced_by(compiled, part, op)
+                revised = compiled if compiled != chapter else None
+                kernels.append(Filled(op, key, entry, chapter, part, revised))
     groups: dict[str, ChapterGroup] = {}
     for filled in kernels:
         groups.setdefault(filled.chapter, ChapterGroup(filled.chapter)).kernels.append(filled)
-    for (key, chapter, part), entries in shared.items():
+    for (key, compiled, part), entries in shared.items():
+        chapter = introduced_by(compiled, part)
         group = groups.setdefault(chapter, ChapterGroup(chapter))
-        group.shared.append(Shared(key, entries[0], chapter, part, len(entries)))
+        revised = compiled if compiled != chapter else None
+        group.shared.append(Shared(key, entries[0], chapter, part, len(entries), revised))
     ordered = {stem: groups[stem] for stem in sorted(groups)}
     return ByChapter(len(names), tuple(columns), ordered, not_ours, unattributed)

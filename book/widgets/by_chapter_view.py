@@ -54,19 +54,27 @@ def chapter_title(stem: str) -> str:
 
 
 def _shared_text(shared: b.Shared) -> str:
+    revised = f", revised in {shared.revised_in[:2]}" if shared.revised_in else ""
     return (
-        f"{_SHARED_WORD[shared.entry.kind]} at {shared.key} ({shared.part}), serves {shared.serves} operators"
+        f"{_SHARED_WORD[shared.entry.kind]} at {shared.key} ({shared.part}{revised}), "
+        f"serves {shared.serves} operators"
     )
 
 
+def _revised_text(group: b.ChapterGroup) -> str:
+    """Its entries that later chapters revised: "31 in 14"."""
+    return ", ".join(f"{count} in {chapter[:2]}" for chapter, count in group.revised.items()) or "—"
+
+
 def render_text(data: b.ByChapter) -> str:
-    """One line per chapter: kernels, operators, keys; its fallbacks below it."""
-    head = ["chapter", "kernels", "operators", "keys"]
+    """One line per chapter: kernels, operators, entries revised later, keys; its fallbacks below it."""
+    head = ["chapter", "kernels", "operators", "revised", "keys"]
     rows = [
         [
             stem,
             str(len(group.kernels)),
             str(len(group.operators)),
+            _revised_text(group),
             ", ".join(key for key in group.keys if any(f.key == key for f in group.kernels)) or "—",
         ]
         for stem, group in data.groups.items()
@@ -91,6 +99,10 @@ def render_text(data: b.ByChapter) -> str:
     return "\n".join(out)
 
 
+def _revised_cell(chapter: str | None) -> str:
+    return f"revised in {esc(chapter[:2])}" if chapter else ""
+
+
 def _kernel_rows(group: b.ChapterGroup) -> str:
     rows = []
     for filled in sorted(group.kernels, key=lambda f: (f.op, b.EMBER_KEYS.index(f.key))):
@@ -98,13 +110,13 @@ def _kernel_rows(group: b.ChapterGroup) -> str:
         rows.append(
             f"<tr><td><code>{esc(filled.op)}</code></td><td>{esc(filled.key)}</td>"
             f'<td class="ember-kind ember-{entry.kind}" title="{esc(entry.description)}">{esc(entry.label)}</td>'
-            f"<td><code>{esc(filled.part)}</code></td></tr>"
+            f"<td><code>{esc(filled.part)}</code></td><td>{_revised_cell(filled.revised_in)}</td></tr>"
         )
     for shared in group.shared:
         rows.append(
             f"<tr><td><i>every operator without a kernel ({shared.serves})</i></td><td>{esc(shared.key)}</td>"
             f'<td class="ember-kind ember-{shared.entry.kind}">{esc(shared.entry.label)}</td>'
-            f"<td><code>{esc(shared.part)}</code></td></tr>"
+            f"<td><code>{esc(shared.part)}</code></td><td>{_revised_cell(shared.revised_in)}</td></tr>"
         )
     return "".join(rows)
 
@@ -117,7 +129,7 @@ def render_html(data: b.ByChapter) -> str:
         summary_rows.append(
             f"<tr><td><code>{esc(stem[:2])}</code> {esc(chapter_title(stem))}</td>"
             f'<td class="ember-num">{len(group.kernels)}</td><td class="ember-num">{len(group.operators)}</td>'
-            f"<td>{esc(', '.join(group.keys))}</td><td>{esc(shared)}</td></tr>"
+            f"<td>{esc(_revised_text(group))}</td><td>{esc(', '.join(group.keys))}</td><td>{esc(shared)}</td></tr>"
         )
     details = []
     for stem, group in data.groups.items():
@@ -125,13 +137,15 @@ def render_html(data: b.ByChapter) -> str:
         details.append(
             f"<details><summary>{esc(stem[:2])} {esc(chapter_title(stem))}: "
             f"{len(group.kernels) + len(group.shared)} {noun}, parts {esc(', '.join(group.parts))}</summary>"
-            "<table><thead><tr><th>operator</th><th>key</th><th>entry</th><th>part</th></tr></thead>"
+            "<table><thead><tr><th>operator</th><th>key</th><th>entry</th><th>part</th>"
+            "<th>revised</th></tr></thead>"
             f"<tbody>{_kernel_rows(group)}</tbody></table></details>"
         )
     others = data.not_ours.get("PrivateUse1", 0)
     note = (
         "Read from the live dispatcher: each entry's <code>registered at</code> location names the notebook "
-        "and part whose code registered it (a part a later chapter revised counts for that chapter). "
+        "and part whose code registered it. An entry stays with the chapter that introduced it; where a later "
+        "chapter revised its part (the location names that chapter), it is marked revised there. "
         f"At PrivateUse1, {others} operators run PyTorch's own composite kernels, which call ember's. "
         "At the sparse, quantized and nested keys only kernels registered at the key itself are listed."
     )
@@ -141,7 +155,7 @@ def render_html(data: b.ByChapter) -> str:
         '<div class="ember-by-chapter">'
         + f'<div class="ember-title">ember\'s dispatch table by chapter: {data.operators} operators, '
         + f"keys {esc(', '.join(data.keys))}</div>"
-        + "<table><thead><tr><th>chapter</th><th>kernels</th><th>operators</th><th>keys</th>"
+        + "<table><thead><tr><th>chapter</th><th>kernels</th><th>operators</th><th>revised later</th><th>keys</th>"
         + "<th>fallbacks and fallthroughs</th></tr></thead><tbody>"
         + "".join(summary_rows)
         + "</tbody></table>"

@@ -1,6 +1,7 @@
 // The boxed host kernel: any operator the CPU implements, computed by ATen's
 // CPU kernel on host views of ember's memory inside one launch. The revised
-// chapter 04 kernels send it the dtypes their loops are not compiled for.
+// kernels of chapters 04 to 06 send it the dtypes their loops are not
+// compiled for.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
