@@ -81,7 +81,7 @@
 #include <ATen/ops/threshold_backward_native.h>
 #include <ATen/ops/where_native.h>
 #include <ATen/ops/zero_native.h>
-// Chapter 04: at::parallel_for, for the matrix and convolution kernels.
+// Chapters 05 and 06: at::parallel_for, for the matrix and convolution kernels.
 #include <ATen/Parallel.h>
 
 // Chapter 07: custom operators.

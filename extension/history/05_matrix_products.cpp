@@ -12,14 +12,14 @@
 @@ -5,1 +5,2 @@ sha256:2079f6d1e2
 +// Every tensor of a call on the first one's ember device, with its dtype,
 +// which must be one the loops are compiled for.
-@@ -26,2 +27,4 @@ sha256:dca057bae5
+@@ -26,2 +27,4 @@ sha256:169759946f
 +  const at::ScalarType dtype = first->scalar_type();
 +  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kLong,
 +              "ember: ", op, " on ", first->device(), " supports float32, "
 +              "float64 and int64 tensors, got ", dtype);
 @@ -55,1 +58,1 @@ sha256:afbe384665
 +void matmulInto(const at::Tensor& a, const at::Tensor& b,
-@@ -73,20 +76,2 @@ sha256:51565007fd
+@@ -73,20 +76,2 @@ sha256:b6c6cb65ce
 +  AT_DISPATCH_FLOATING_TYPES_AND(at::kLong, dtype, "ember_gemm", [&] {
 +    using T = scalar_t;
 @@ -101,1 +86,1 @@ sha256:737db166c7

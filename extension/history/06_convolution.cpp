@@ -23,7 +23,7 @@
 // ember-book: end convolution.v1
 
 // ember-book: begin convolution.v2
-@@ -7,6 +6,0 @@ sha256:10a3ec7838
+@@ -7,6 +6,0 @@ sha256:4b603ca565
 @@ -18,4 +12,6 @@ sha256:40fd12dd65
 +  constexpr const char* op = "aten::convolution_overrideable";
 +  TORCH_CHECK(!transposed, "ember: ", op, " on ", input.device(),

@@ -38,7 +38,7 @@ void checkOperands(const char* op, std::initializer_list<Named> named) {
                 first_name, " ", first->scalar_type(), " and ", name, " ",
                 t->scalar_type());
   }
-  // Any dtype: int64 runs chapter 04's loops, the others the host's BLAS,
+  // Any dtype: int64 runs chapter 05's loops, the others the host's BLAS,
   // which raises (with the operator and device) for one it lacks.
 }
 
@@ -89,7 +89,7 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
     // Floating point (and complex, int32, ...) goes to the host's BLAS:
     // ATen's CPU matrix products (oneDNN, MKL or OpenBLAS, tuned for this
     // processor), run by chapter 14's host kernel on the device's memory, as
-    // a real backend calls its vendor's library. Chapter 04's loops stay the
+    // a real backend calls its vendor's library. Chapter 05's loops stay the
     // int64 path.
     at::Tensor c = result;
     if (d == 3) {

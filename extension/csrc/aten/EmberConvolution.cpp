@@ -319,7 +319,7 @@ namespace ember::conv {
 // Since chapter 14 it runs the host's convolution library, ATen's CPU
 // convolution (oneDNN where the build has it and ATen picks it), on the
 // device's memory, the way a GPU backend calls cuDNN: several times faster
-// than chapter 04's im2col kernels, and every case they refused (transposed,
+// than chapter 06's im2col kernels, and every case they refused (transposed,
 // 1-D and 3-D, integer and complex dtypes) works.
 at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight,
