@@ -31,13 +31,13 @@ STABLE_CELLS = {"hooks_context", "hooks_registration"}
 # --- superseded carry-forward cells ---------------------------------------------------------------
 
 
-def test_chapter_06_carries_the_backend_name_forward_until_chapter_11():
+def test_chapter_08_carries_the_backend_name_forward_until_chapter_13():
     chapter = Chapter.of(8)
     assert any(RENAME in source for _, source in chapter.carried_cells())
-    for later in (7, 10):
+    for later in (9, 12):
         assert any(RENAME in source for _, source in chapter.carried_cells(for_chapter=later))
-    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=11))
-    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=12))
+    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=13))
+    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=14))
 
 
 def _notebook(path: Path, cells: list[dict]) -> Path:
@@ -54,11 +54,11 @@ def _carry(source: str, superseded_by: object = None) -> dict:
 
 @pytest.fixture()
 def fake_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, Chapter]:
-    """Chapters 08, 12 and 13 of a book whose chapter 08 registers a name that chapter 13 replaces."""
+    """Chapters 06, 10 and 11 of a made-up book whose chapter 06 registers a name that chapter 11 replaces."""
     books = {
         6: _notebook(
             tmp_path / "06_x.ipynb",
-            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by=13)],
+            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by=11)],
         ),
         10: _notebook(tmp_path / "10_y.ipynb", [_carry("log.append('10')")]),
         11: _notebook(tmp_path / "11_z.ipynb", [_carry("log.append('11 name')")]),

@@ -40,8 +40,8 @@ def child(code: str) -> dict:
 # --- the chapter's cells ---------------------------------------------------------------------------
 
 
-def test_chapter_11_starts_without_chapter_06s_name_and_carries_ember_forward() -> None:
-    earlier = [source for chapter in range(1, 11) for source in _carried(chapter, for_chapter=11)]
+def test_chapter_13_starts_without_chapter_08s_name_and_carries_ember_forward() -> None:
+    earlier = [source for chapter in range(1, 13) for source in _carried(chapter, for_chapter=13)]
     assert not any("rename_privateuse1_backend" in source for source in earlier)
     (own,) = [
         source for _, source in Chapter.of(13).carried_cells() if "rename_privateuse1_backend" in source
@@ -59,7 +59,7 @@ def _carried(number: int, for_chapter: int) -> list[str]:
     return [source for _, source in chapter.carried_cells(for_chapter=for_chapter)]
 
 
-def test_the_name_part_is_in_chapter_11s_build_and_checks_before_registering() -> None:
+def test_the_name_part_is_in_chapter_13s_build_and_checks_before_registering() -> None:
     parts = {part.name: part for part in Chapter.of(13).parts_through()}
     part = parts["backend_name"]
     assert part.chapter == "13_renaming"
@@ -72,7 +72,7 @@ def test_the_name_part_is_in_chapter_11s_build_and_checks_before_registering() -
 
 
 @pytest.fixture(scope="module")
-def chapter_11() -> dict:
+def chapter_13() -> dict:
     return child(
         """
         import io, json, warnings
@@ -144,39 +144,39 @@ def chapter_11() -> dict:
     )
 
 
-def test_chapter_11_names_the_device_ember(chapter_11: dict) -> None:
-    assert chapter_11["name"] == "ember"
-    assert chapter_11["accelerator"] == "ember"
-    assert chapter_11["module"] is True
-    assert chapter_11["utils_name"] == "ember"
-    assert chapter_11["profiler"] == "ProfilerActivity.EMBER"
+def test_chapter_13_names_the_device_ember(chapter_13: dict) -> None:
+    assert chapter_13["name"] == "ember"
+    assert chapter_13["accelerator"] == "ember"
+    assert chapter_13["module"] is True
+    assert chapter_13["utils_name"] == "ember"
+    assert chapter_13["profiler"] == "ProfilerActivity.EMBER"
 
 
-def test_type_strings_carry_the_name_when_it_is_registered_first(chapter_11: dict) -> None:
-    assert chapter_11["type"] == "torch.ember.FloatTensor"
+def test_type_strings_carry_the_name_when_it_is_registered_first(chapter_13: dict) -> None:
+    assert chapter_13["type"] == "torch.ember.FloatTensor"
 
 
-def test_generated_methods_for_tensors_modules_packed_sequences_and_storages(chapter_11: dict) -> None:
-    assert chapter_11["tensor"] == ["ember:1", True, False]
-    assert chapter_11["module_method"] == "ember:1"
-    assert chapter_11["storage"] == ["ember:1", True]
-    assert chapter_11["typed_storage"] == "ember:1"
-    assert chapter_11["packed"] is True
+def test_generated_methods_for_tensors_modules_packed_sequences_and_storages(chapter_13: dict) -> None:
+    assert chapter_13["tensor"] == ["ember:1", True, False]
+    assert chapter_13["module_method"] == "ember:1"
+    assert chapter_13["storage"] == ["ember:1", True]
+    assert chapter_13["typed_storage"] == "ember:1"
+    assert chapter_13["packed"] is True
 
 
-def test_a_second_name_and_a_second_generation_are_refused(chapter_11: dict) -> None:
-    assert chapter_11["second_name"] == (
+def test_a_second_name_and_a_second_generation_are_refused(chapter_13: dict) -> None:
+    assert chapter_13["second_name"] == (
         "torch.register_privateuse1_backend() has already been set! Current backend: ember"
     )
-    assert "has already been registered with is_ember" in chapter_11["second_methods"]
+    assert "has already been registered with is_ember" in chapter_13["second_methods"]
 
 
-def test_a_checkpoint_from_before_the_rename_needs_map_location(chapter_11: dict) -> None:
-    assert chapter_11["old_checkpoint"] == (
+def test_a_checkpoint_from_before_the_rename_needs_map_location(chapter_13: dict) -> None:
+    assert chapter_13["old_checkpoint"] == (
         "don't know how to restore data location of torch.storage.UntypedStorage (tagged with privateuseone:1)"
     )
-    assert chapter_11["mapped"] == ["ember:1", [0.0, 1.0, 2.0]]
-    assert chapter_11["new_tags"] == ["ember:1"]
+    assert chapter_13["mapped"] == ["ember:1", [0.0, 1.0, 2.0]]
+    assert chapter_13["new_tags"] == ["ember:1"]
 
 
 # --- the C++ registration on its own ----------------------------------------------------------------
@@ -225,10 +225,10 @@ def test_a_name_already_taken_is_a_warning_not_a_crash() -> None:
     assert warning in facts["stderr"] + " ".join(facts["warnings"])
 
 
-def test_a_second_kernel_wins_with_one_warning_per_process(chapter_11: dict) -> None:
+def test_a_second_kernel_wins_with_one_warning_per_process(chapter_13: dict) -> None:
     # Chapter 13's claim: a second impl of a kernel ember registers replaces it, ember's stays as
     # an inactive entry, and the dispatcher warns once for all operators (mm: yes, clone: no).
-    override = chapter_11["override"]
+    override = chapter_13["override"]
     assert len(override["warnings"]) == 1
     assert override["warnings"][0].startswith("Warning only once for all operators")
     assert "operator: aten::mm(" in override["warnings"][0]
