@@ -36,8 +36,12 @@ book: setup
 
 # The book's own tests and the finished extension's tests run in separate
 # processes: each loads a PrivateUse1 backend, and a process holds only one.
-test: setup extension lint sync-check
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension --ignore=tests/test_lab_live.py
+# The package compiles (GCC, about 3 min on 2 cores) while the book's tests run: they build
+# their own backends and never import it, and a test process is mostly one core busy.
+test: setup lint sync-check
+	$(MAKE) --no-print-directory extension > $(VENV)/extension-build.log 2>&1 & build=$$!; \
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests --ignore=tests/extension --ignore=tests/test_lab_live.py; \
+	tests=$$?; wait $$build || { cat $(VENV)/extension-build.log; exit 1; }; exit $$tests
 	$(PYTEST) tests/extension
 	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
 	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --nbval chapters --nbval-sanitize-with tests/sanitize.cfg

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "aten/EmberLaunch.h"
-#include "aten/EmberRandom.h"
 #include "runtime/EmberGenerator.h"
 
 // ember-book: begin philox
@@ -859,6 +858,34 @@ at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor& grad,
 // Chapter 14 registers wrappers (random_dtypes) that also draw the dtypes
 // the kernels above are not compiled for, and adds geometric_, cauchy_,
 // log_normal_ and the rest (distributions).
+namespace ember {
+at::Tensor& uniformAnyDtype_(at::Tensor&, double, double,
+                             std::optional<at::Generator>);
+at::Tensor& normalAnyDtype_(at::Tensor&, double, double,
+                            std::optional<at::Generator>);
+at::Tensor& exponentialAnyDtype_(at::Tensor&, double,
+                                 std::optional<at::Generator>);
+at::Tensor& bernoulliScalarAnyDtype_(at::Tensor&, double,
+                                     std::optional<at::Generator>);
+at::Tensor& bernoulliTensorAnyDtype_(at::Tensor&, const at::Tensor&,
+                                     std::optional<at::Generator>);
+at::Tensor& randomAnyDtype_(at::Tensor&, std::optional<at::Generator>);
+at::Tensor& randomToAnyDtype_(at::Tensor&, int64_t,
+                              std::optional<at::Generator>);
+at::Tensor& randomFromAnyDtype_(at::Tensor&, int64_t, std::optional<int64_t>,
+                                std::optional<at::Generator>);
+at::Tensor multinomialAnyDtype(const at::Tensor&, int64_t, bool,
+                               std::optional<at::Generator>);
+at::Tensor& multinomialOutAnyDtype(const at::Tensor&, int64_t, bool,
+                                   std::optional<at::Generator>, at::Tensor&);
+std::tuple<at::Tensor, at::Tensor> nativeDropoutAnyDtype(
+    const at::Tensor&, double, std::optional<bool>);
+at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor&, const at::Tensor&,
+                                         double);
+at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
+                        at::Tensor& out); // chapter 10's, unchanged
+} // namespace ember
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("uniform_", &ember::uniformAnyDtype_);
   m.impl("normal_", &ember::normalAnyDtype_);
