@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,11 +33,7 @@ import textwrap
 from pathlib import Path
 
 from book import preload, toolchain
-from book.chapter import Chapter, chapters
-from book.regions import CppPart, code_cells, main_parts, parse_magic, resolve
-
-# A cell that builds the chapter's own backend (an exercise build names its part).
-_BUILD_CELL = re.compile(r"^\s*book\.build\(\s*\)\s*$", re.MULTILINE)
+from book.chapter import chapters
 
 PLAIN_BASELINE = textwrap.dedent(
     """
@@ -107,34 +102,6 @@ def _parts_file(cache: Path, parts: list) -> str:
     return str(path)
 
 
-def build_cells(chapter: Chapter) -> list[list[CppPart]]:
-    """What each of the chapter's `book.build()` cells compiles, in cell order.
-
-    Only cells that compile parts of the chapter count (a first build of what
-    the earlier chapters left compiles nothing new), and a cell that builds
-    what an earlier cell built counts once. The last is `parts_through()`.
-    """
-    staged: list[CppPart] = []
-    builds: list[list[CppPart]] = []
-    before = chapter.parts_before()
-    for source in code_cells(chapter.path):
-        parsed = parse_magic(source)
-        if parsed is not None:
-            name, body, stable = parsed
-            staged.append(CppPart(chapter.stem, name, body, stable))
-        elif _BUILD_CELL.search(source):
-            parts = resolve(before + main_parts(staged))
-            own = any(part.chapter == chapter.stem for part in parts)
-            if own and parts not in builds:
-                builds.append(parts)
-    final = chapter.parts_through()
-    if (
-        not builds or builds[-1] != final
-    ):  # a chapter whose last parts no cell builds: its backend still counts
-        builds.append(final)
-    return builds
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -181,7 +148,7 @@ def _measure(selected: set[int], cache: Path) -> int:
                 CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem
             )  # its units, for the next chapter
             continue
-        builds = build_cells(chapter)
+        builds = chapter.build_cells()
         slowest = 0.0
         for number, build_parts in enumerate(builds, 1):
             parts = [(p.chapter, p.name, p.source) for p in build_parts]

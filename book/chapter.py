@@ -19,6 +19,7 @@ so chapter 13 (and every later one) starts without it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,9 +27,20 @@ from typing import Any
 
 from book import builder
 from book.builder import Build
-from book.regions import CppPart, chapter_paths, main_parts, parts_before, parts_in_notebook, resolve
+from book.regions import (
+    CppPart,
+    cell_part,
+    chapter_paths,
+    code_cells,
+    main_parts,
+    parts_before,
+    parts_in_notebook,
+    resolve,
+)
 
 CARRY_FORWARD = "carry-forward"
+# A cell that builds the chapter's own backend (an exercise build names its part).
+_BUILD_CELL = re.compile(r"^\s*book\.build\(\s*\)\s*$", re.MULTILINE)
 METADATA_KEY = "ember-book"  # the book's own cell metadata
 SUPERSEDED_BY = "superseded_by"
 
@@ -67,6 +79,32 @@ class Chapter:
     def parts_through(self) -> list[CppPart]:
         """The backend as this chapter leaves it: what its last book.build() compiles."""
         return resolve(self.parts_before() + main_parts(self.parts()))
+
+    def build_cells(self) -> list[list[CppPart]]:
+        """What each of the chapter's `book.build()` cells compiles, in cell order.
+
+        Only cells that compile parts of the chapter count (a first build of what
+        the earlier chapters left compiles nothing new), and a cell that builds
+        what an earlier cell built counts once. The last is `parts_through()`.
+        """
+        staged: list[CppPart] = []
+        builds: list[list[CppPart]] = []
+        before = self.parts_before()
+        for source in code_cells(self.path):
+            part = cell_part(self.stem, source)
+            if part is not None:
+                staged.append(part)
+            elif _BUILD_CELL.search(source):
+                parts = resolve(before + main_parts(staged))
+                own = any(p.chapter == self.stem for p in parts)
+                if own and parts not in builds:
+                    builds.append(parts)
+        final = self.parts_through()
+        if (
+            not builds or builds[-1] != final
+        ):  # a chapter whose last parts no cell builds: its backend still counts
+            builds.append(final)
+        return builds
 
     def carried_cells(self, for_chapter: int | None = None) -> list[tuple[str, str]]:
         """(origin, source) of the cells whose Python state later chapters start from.

@@ -491,7 +491,7 @@ def _one_of_chain(
 
 
 def _compact_chain(
-    shell: Any, value: BaseException, frames: list[types.TracebackType], top: str
+    shell: Any, value: BaseException, frames: list[types.TracebackType], top: str, compact: Compact | None
 ) -> Rendered | None:
     """A long chained exception shown short (see the module doc), or None when the formatter
     cannot show one exception of a chain alone (an IPython without ultratb's methods)."""
@@ -511,7 +511,6 @@ def _compact_chain(
             stb += _one_of_chain(shell, exc, frames, 1, CELL_CONTEXT)
         else:  # its header and message: its frames are named, the whole chain follows collapsed
             stb += _one_of_chain(shell, exc, _frames(exc.__traceback__), 0, CHAIN_CONTEXT)
-    compact = compact_message(str(value), type(value).__name__)
     evalue = compact.shown if compact is not None else short_paths(str(value))
     details = details_bundle(
         type(value).__name__, compact, short_paths(_plain_chain(shell, value, frames)), len(chain)
@@ -537,8 +536,13 @@ def render(
     long = "\n".join(stb).count("\n") + 1 > MAX_TRACEBACK_LINES
     if _chained(value) and verbose:
         chain = _chain_of(value)
-        if long or any(compact_message(str(exc), type(exc).__name__) for exc in chain):
-            chained = _compact_chain(shell, value, frames, stb[0])
+        earlier = (exc for exc in chain if exc is not value)
+        if (
+            long
+            or compact is not None
+            or any(compact_message(str(exc), type(exc).__name__) for exc in earlier)
+        ):
+            chained = _compact_chain(shell, value, frames, stb[0], compact)
             if chained is not None:
                 return chained
     all_frames = None

@@ -129,10 +129,15 @@ def code_cells(path: Path) -> list[str]:
     return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
 
 
+def cell_part(chapter: str, source: str) -> CppPart | None:
+    """The C++ part a code cell of chapter `chapter` shows, if it is a %%cpp cell."""
+    parsed = parse_magic(source)
+    return None if parsed is None else CppPart(chapter, *parsed)
+
+
 def parts_in_notebook(path: Path) -> list[CppPart]:
     """The C++ parts a notebook file shows, in cell order."""
-    parsed = (parse_magic(source) for source in code_cells(path))
-    return [CppPart(path.stem, name, body, stable) for name, body, stable in filter(None, parsed)]
+    return [part for source in code_cells(path) if (part := cell_part(path.stem, source)) is not None]
 
 
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:

@@ -131,7 +131,8 @@ def unit_compiler() -> str:
     return "c++"
 
 
-def _is_clang() -> bool:
+def is_clang() -> bool:
+    """Whether the chapters' units are compiled by Clang (else GCC)."""
     return "clang" in Path(unit_compiler()).name
 
 
@@ -148,7 +149,7 @@ _CLANG_KERNEL_FLAGS = ["-O1", "-fvectorize", "-fslp-vectorize"]
 
 def unit_flags(autograd: bool = False) -> list[str]:
     """The flags of a prelude PCH variant and of the units using it: load_inline's, adapted to the compiler."""
-    if not _is_clang():
+    if not is_clang():
         return compile_flags()
     # -fno-gnu-unique is GCC's (Clang never emits STB_GNU_UNIQUE symbols).
     flags = [flag for flag in compile_flags() if flag != "-fno-gnu-unique"] + _CLANG_FLAGS
@@ -157,14 +158,14 @@ def unit_flags(autograd: bool = False) -> list[str]:
 
 def pch_name() -> str:
     """GCC finds prelude.h.gch beside prelude.h by itself; Clang is given its .pch (`pch_flags`)."""
-    return "prelude.h.pch" if _is_clang() else "prelude.h.gch"
+    return "prelude.h.pch" if is_clang() else "prelude.h.gch"
 
 
 def pch_flags(autograd: bool) -> list[str]:
     """The flags that make a unit use the precompiled prelude of its variant."""
     directory = prelude_dir(autograd)
     flags = [f"-I{directory}", *_variant_flags(autograd)]
-    if _is_clang():
+    if is_clang():
         flags += ["-include-pch", str(directory / pch_name())]
     return flags
 

@@ -96,7 +96,7 @@ class Unit:
         Units that use torch::autograd do, and, with Clang, every unit whose own parts run
         no code on the device (registrations, wrappers, calls into ATen's CPU kernels).
         """
-        return self.autograd or (toolchain._is_clang() and bool(self.own) and not self.runs_on_device)
+        return self.autograd or (toolchain.is_clang() and bool(self.own) and not self.runs_on_device)
 
     @property
     def object(self) -> Path:
@@ -139,7 +139,7 @@ def split(
     are dealt into at most COMPILERS units (the default with GCC).
     """
     files = part_files() if files is None else files
-    per_file = toolchain._is_clang() if per_file is None else per_file
+    per_file = toolchain.is_clang() if per_file is None else per_file
 
     def is_header(part: CppPart) -> bool:
         return not part.is_exercise and files.get(part.name, "").endswith(".h")

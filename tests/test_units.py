@@ -250,7 +250,7 @@ def test_with_clang_only_units_that_run_device_code_are_optimized():
     registers = source_part("04_stub_kernels", "registers", "int h() { return 2; }")
     split = units.split([launches, marked, registers], files=files, per_file=True)
     assert [unit.runs_on_device for unit in split] == [True, True, False]
-    clang = toolchain._is_clang()
+    clang = toolchain.is_clang()
     assert [unit.unoptimized for unit in split] == [False, False, clang]
     assert not any(unit.autograd for unit in split)
 
@@ -271,3 +271,17 @@ def test_only_units_naming_torch_autograd_get_the_autograd_prelude():
     # The autograd unit compiles against its prelude (torch::autograd is declared there).
     objects = units.compile_objects(split, "test build failed")
     assert all(path.exists() for path in objects)
+
+
+def test_a_chapters_build_cells_are_the_builds_a_reader_waits_for() -> None:
+    # Chapter 14 builds its kernels in four groups; its first build (chapter 13's backend) compiles
+    # nothing of its own and does not count. Each build keeps every part of the one before it (a
+    # revision replaces a part's text, not its name) and changes some; the last is the chapter's backend.
+    chapter = Chapter.of(14)
+    builds = chapter.build_cells()
+    assert len(builds) == 4
+    assert builds[-1] == chapter.parts_through()
+    for earlier, later in zip(builds, builds[1:], strict=False):
+        assert {p.name for p in earlier} <= {p.name for p in later}
+        assert earlier != later
+    assert [len(b) for b in Chapter.of(5).build_cells()] == [len(Chapter.of(5).parts_through())]

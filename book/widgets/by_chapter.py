@@ -82,6 +82,12 @@ def introduced_by(compiled: str, part: str, op: str | None = None) -> str:
     return next((chapter for chapter, source in versions if named.search(source)), compiled)
 
 
+def attribution(compiled: str, part: str, op: str | None = None) -> tuple[str, str | None]:
+    """(the chapter that introduced the registration, the later chapter that revised it or None)."""
+    chapter = introduced_by(compiled, part, op)
+    return chapter, (compiled if compiled != chapter else None)
+
+
 @dataclass(frozen=True)
 class Filled:
     """One entry of ember's dispatch table that a chapter's code registered."""
@@ -193,16 +199,14 @@ def read(ops: Iterable[str] | None = None, keys: Iterable[str] = EMBER_KEYS) -> 
                 shared.setdefault((key, *found), []).append(entry)
             else:
                 compiled, part = found
-                chapter = introduced_by(compiled, part, op)
-                revised = compiled if compiled != chapter else None
+                chapter, revised = attribution(compiled, part, op)
                 kernels.append(Filled(op, key, entry, chapter, part, revised))
     groups: dict[str, ChapterGroup] = {}
     for filled in kernels:
         groups.setdefault(filled.chapter, ChapterGroup(filled.chapter)).kernels.append(filled)
     for (key, compiled, part), entries in shared.items():
-        chapter = introduced_by(compiled, part)
+        chapter, revised = attribution(compiled, part)
         group = groups.setdefault(chapter, ChapterGroup(chapter))
-        revised = compiled if compiled != chapter else None
         group.shared.append(Shared(key, entries[0], chapter, part, len(entries), revised))
     ordered = {stem: groups[stem] for stem in sorted(groups)}
     return ByChapter(len(names), tuple(columns), ordered, not_ours, unattributed)
