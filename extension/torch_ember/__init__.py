@@ -93,3 +93,8 @@ _register()
 # The Python custom operators (ember::soft_shrink, ember::soft_shrink_): after the renaming, so
 # their ember kernels are registered for the "ember" device type.
 from torch_ember import custom_ops  # noqa: E402,F401
+
+# torch.compile: Dynamo's device interface and Inductor's ember backend.
+from torch_ember import compiler  # noqa: E402
+
+compiler.register(device_module, _C.__file__)

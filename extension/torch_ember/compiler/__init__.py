@@ -1,0 +1,45 @@
+"""torch.compile on ember (Dynamo's device interface, Inductor's ember backend).
+
+`register(device_module, library)` is all of it, and `import torch_ember` calls it:
+- Dynamo gets ember's `DeviceInterface` (`device_interface`), so streams, events and
+  the current device trace into graphs;
+- Inductor generates ember kernels (`inductor`): the CPU's C++ code generator, each
+  kernel run as an ember launch (`kernel_entry`);
+- the generated kernels find the launcher (`emberLaunchCompiled`, compiled into
+  `library`) through the environment.
+
+Nothing here imports from `torch_ember`, so the book loads this package by path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from types import ModuleType
+
+from . import device_interface as device_interface
+from . import inductor as inductor
+from . import kernel_entry as kernel_entry
+
+__all__ = ["launcher_address", "register"]
+
+
+# ember-book: begin compiler_register
+def launcher_address(library: str | Path) -> int:
+    """The address of `emberLaunchCompiled` in the backend's shared library."""
+    launcher = ctypes.CDLL(str(library)).emberLaunchCompiled
+    address = ctypes.cast(launcher, ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
+def register(device_module: ModuleType, library: str | Path) -> None:
+    """torch.compile, torch.export and Inductor's kernels on ember. Idempotent."""
+    device_interface.register(device_module)
+    inductor.register()
+    # Read by every generated kernel's entry when it runs (kernel_entry.PRELUDE).
+    os.environ[kernel_entry.LAUNCHER_VARIABLE] = str(launcher_address(library))
+
+
+# ember-book: end compiler_register

@@ -1,0 +1,121 @@
+"""Inductor on ember: scheduling, wrapper code and the device's Python snippets.
+
+Inductor splits what it generates in two: kernels (a *scheduling* turns fused nodes
+into kernel source) and the wrapper (host code that allocates buffers and calls the
+kernels, in Python or, with `cpp_wrapper=True`, in C++). Ember reuses the CPU's C++
+kernel generator: the simulated device computes with the host's processor. What
+ember changes is how a kernel runs: as an ember launch (`kernel_entry.wrap_kernel`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.codegen.common import (
+    DeviceOpOverrides,
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
+from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.utils import Placeholder
+
+from .kernel_entry import wrap_kernel
+
+__all__ = ["EmberCppWrapper", "EmberDeviceOpOverrides", "EmberPythonWrapper", "EmberScheduling", "register"]
+
+
+# ember-book: begin inductor_backend
+class EmberScheduling(CppScheduling):
+    """The CPU's C++ kernels, each wrapped to run as an ember launch."""
+
+    def define_kernel(self, src_code: str, nodes: Any, kernel_args: Any = None) -> str:
+        # The kernel's name is chosen by CppScheduling, which replaces this
+        # placeholder with it (so the launch's errors name the kernel).
+        name = str(Placeholder.DESCRIPTIVE_NAME)
+        return super().define_kernel(wrap_kernel(src_code, name), nodes, kernel_args)
+
+
+class EmberPythonWrapper(PythonWrapperCodegen):
+    """The default Python wrapper; a C++ kernel on ember is called like a CPU one
+    (its entry launches it), where PyTorch's wrapper knows only cpu and mps."""
+
+    def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, **kwargs: Any) -> None:
+        if not kwargs.get("triton", True):
+            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+            return
+        super()._generate_kernel_call_helper(kernel_name, call_args, **kwargs)
+
+    def make_allocation(self, name: str, device: torch.device, *args: Any, **kwargs: Any) -> str:
+        # PyTorch's line names the device type only, as for a GPU whose wrapper sets
+        # the current device first; ember's names the index.
+        line = super().make_allocation(name, device, *args, **kwargs)
+        return line.replace(f"device='{device.type}'", f"device='{device}'")
+
+    @staticmethod
+    def create(
+        is_subgraph: bool, subgraph_name: Any, parent_wrapper: Any, partition_signatures: Any = None
+    ) -> Any:
+        if is_subgraph:
+            return super(EmberPythonWrapper, EmberPythonWrapper).create(
+                is_subgraph, subgraph_name, parent_wrapper, partition_signatures
+            )
+        return EmberPythonWrapper()
+
+
+class EmberCppWrapper(CppWrapperCpu):
+    """`cpp_wrapper=True`: the CPU's C++ wrapper, which calls each kernel's entry
+    directly (the kernels are compiled into the wrapper's library)."""
+
+    @staticmethod
+    def create(
+        is_subgraph: bool, subgraph_name: Any, parent_wrapper: Any, partition_signatures: Any = None
+    ) -> Any:
+        return EmberCppWrapper()
+
+    # The header of PyTorch's helpers for the C++ kernels' host side: the CPU's.
+    @staticmethod
+    def get_device_include_path_jit(device: str) -> str:
+        return CppWrapperCpu.get_device_include_path_jit("cpu")
+
+    @staticmethod
+    def get_device_include_path_aot(device: str) -> str:
+        return CppWrapperCpu.get_device_include_path_aot("cpu")
+
+    def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, **kwargs: Any) -> None:
+        kwargs["device"] = torch.device("cpu")  # a plain C call, as for the CPU
+        super()._generate_kernel_call_helper(kernel_name, call_args, **kwargs)
+
+
+class EmberDeviceOpOverrides(DeviceOpOverrides):
+    """The Python the wrapper writes to set ember's device and wait for it."""
+
+    def import_get_raw_stream_as(self, name: str) -> str:
+        return f"def {name}(index): return torch.ember.current_stream(index).stream_id"
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.ember.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.ember.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.ember.device({device_idx})"
+
+
+def register() -> None:
+    """Makes Inductor generate ember kernels. Idempotent."""
+    register_backend_for_device("ember", EmberScheduling, EmberPythonWrapper, EmberCppWrapper)
+    register_device_op_overrides("ember", EmberDeviceOpOverrides())
+    # The C++ wrapper names devices by ATen's enum: ember is PrivateUse1.
+    DEVICE_TO_ATEN["ember"] = "at::kPrivateUse1"
+    # A fusion step that reindexes a pointwise node to a reduction's loops is not
+    # validated for C++ kernels; Inductor skips it for device type "cpu" only.
+    inductor_config.loop_reindexing_after_fusion = False
+
+
+# ember-book: end inductor_backend
