@@ -41,6 +41,7 @@ _EXPORTS = {
     "show_table": "book.widgets",
     "snapshot": "book.widgets",
     "trace": "book.widgets",
+    "wrapped": "book.text",
 }
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from book.driver import device_module
     from book.extension_modules import extension_path
     from book.isolated import run_isolated
+    from book.text import wrapped
     from book.widgets import BACKEND_FALLBACK, Trace, show_by_chapter, show_table, snapshot, trace
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "trace",
     "SESSION",
     "register_magic",
+    "wrapped",
 ]
 
 

@@ -94,7 +94,8 @@ _register()
 # their ember kernels are registered for the "ember" device type.
 from torch_ember import custom_ops  # noqa: E402,F401
 
-# torch.compile: Dynamo's device interface and Inductor's ember backend.
-from torch_ember import compiler  # noqa: E402
+# torch.compile, torch.export: Dynamo's device interface and Inductor's ember backend
+# (compiler/), whose generated kernels launch through emberLaunchCompiled in _C.
+from torch_ember import compiler  # noqa: E402,I001
 
 compiler.register(device_module, _C.__file__)

@@ -22,7 +22,7 @@ from . import device_interface as device_interface
 from . import inductor as inductor
 from . import kernel_entry as kernel_entry
 
-__all__ = ["launcher_address", "register"]
+__all__ = ["launcher_address", "register", "use_launcher"]
 
 
 # ember-book: begin compiler_register
@@ -34,12 +34,17 @@ def launcher_address(library: str | Path) -> int:
     return address
 
 
+def use_launcher(library: str | Path) -> None:
+    """Points generated kernels at the launcher in `library` (read at every launch)."""
+    address = launcher_address(library)
+    os.environ[kernel_entry.LAUNCHER_VARIABLE] = f"{os.getpid()}:{address}"
+
+
 def register(device_module: ModuleType, library: str | Path) -> None:
     """torch.compile, torch.export and Inductor's kernels on ember. Idempotent."""
     device_interface.register(device_module)
     inductor.register()
-    # Read by every generated kernel's entry when it runs (kernel_entry.PRELUDE).
-    os.environ[kernel_entry.LAUNCHER_VARIABLE] = str(launcher_address(library))
+    use_launcher(library)
 
 
 # ember-book: end compiler_register

@@ -13,7 +13,10 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from torch._dynamo.device_interface import DeviceInterface, register_interface_for_device
+from torch._dynamo.device_interface import (
+    DeviceInterface,
+    register_interface_for_device,
+)
 
 __all__ = ["EmberDeviceProperties", "make_interface", "register"]
 
@@ -36,9 +39,10 @@ def make_interface(device_module: ModuleType) -> type[DeviceInterface]:
     ember = device_module
 
     def properties(device: torch.types.Device = None) -> EmberDeviceProperties:
-        index = ember.current_device() if device is None else ember.devices._device_index(device)
+        index = ember.devices._device_index(device)  # None: the current device
         _, total = ember.mem_get_info(index)
-        return EmberDeviceProperties("ember", "ember", index, total, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        return EmberDeviceProperties("ember", "ember", index, total, threads)
 
     class EmberInterface(DeviceInterface):
         device = ember.device  # type: ignore[assignment]
@@ -67,13 +71,17 @@ def make_interface(device_module: ModuleType) -> type[DeviceInterface]:
         set_stream = staticmethod(ember.set_stream)  # type: ignore[assignment]
         synchronize = staticmethod(ember.synchronize)
         memory_allocated = staticmethod(ember.memory_allocated)
-        is_bf16_supported = staticmethod(ember.is_bf16_supported)  # type: ignore[arg-type]
+        is_bf16_supported = staticmethod(ember.is_bf16_supported)  # type: ignore
         get_device_properties = staticmethod(properties)  # type: ignore[assignment]
 
         @staticmethod
-        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int):
             ember.set_stream(
-                ember.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+                ember.Stream(
+                    stream_id=stream_id,
+                    device_index=device_index,
+                    device_type=device_type,
+                )
             )
 
         @staticmethod

@@ -28,25 +28,35 @@ LAUNCHER_VARIABLE = "TORCH_EMBER_LAUNCH_COMPILED"
 PRELUDE = r"""
 #ifndef TORCH_EMBER_COMPILED_PRELUDE
 #define TORCH_EMBER_COMPILED_PRELUDE
+#include <unistd.h>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 namespace torch_ember_compiled {
 using Body = void (*)(void* args, std::ptrdiff_t offset);
 using Launcher = const char* (*)(const char* kernel, const void* const* buffers,
                                  std::size_t num_buffers, Body body, void* args);
+// The launcher the backend published as "<pid>:<address>". A child process
+// inherits the variable, but not the address: it must publish its own.
+inline Launcher launcher() {
+  const char* published = std::getenv("TORCH_EMBER_LAUNCH_COMPILED");
+  long long pid = 0;
+  unsigned long long address = 0;
+  if (published == nullptr ||
+      std::sscanf(published, "%lld:%llu", &pid, &address) != 2 ||
+      pid != static_cast<long long>(getpid())) {
+    throw std::runtime_error(
+        "ember: no launcher for compiled kernels in this process "
+        "(TORCH_EMBER_LAUNCH_COMPILED): load the ember backend first");
+  }
+  return reinterpret_cast<Launcher>(static_cast<std::uintptr_t>(address));
+}
 // Runs body(args, offset) as one ember launch; throws the launcher's error.
 inline void launch(const char* kernel, const void* const* buffers,
                    std::size_t num_buffers, Body body, void* args) {
-  const char* address = std::getenv("TORCH_EMBER_LAUNCH_COMPILED");
-  if (address == nullptr) {
-    throw std::runtime_error(
-        "ember: TORCH_EMBER_LAUNCH_COMPILED is not set (load the backend first)");
-  }
-  const auto launcher =
-      reinterpret_cast<Launcher>(std::strtoull(address, nullptr, 10));
-  if (const char* error = launcher(kernel, buffers, num_buffers, body, args)) {
+  if (const char* error = launcher()(kernel, buffers, num_buffers, body, args)) {
     throw std::runtime_error(error);
   }
 }
@@ -64,7 +74,7 @@ T* at(T* pointer, std::ptrdiff_t offset) {
 
 @dataclass(frozen=True)
 class KernelArg:
-    """One parameter of a generated kernel: `const float* in_ptr0` or `const int64_t ks0`."""
+    """A kernel's parameter: `const float* in_ptr0` or `const int64_t ks0`."""
 
     type: str
     name: str
@@ -91,6 +101,22 @@ def parse_args(parameters: str) -> list[KernelArg]:
 
 
 # ember-book: begin compiled_entry
+def _listing(items: list[str], indent: str, before: str) -> str:
+    """`items` comma-separated: after `before` if that fits in 80 columns, else one per
+    line."""
+    one_line = ", ".join(items)
+    if len(before) + len(one_line) + 3 <= 80:
+        return one_line
+    return "\n" + ",\n".join(indent + item for item in items)
+
+
+def _inside_launch(arg: KernelArg) -> str:
+    """`arg` as the body gets it in the launch: a pointer moved by the offset."""
+    if arg.is_pointer:
+        return f"torch_ember_compiled::at(a.{arg.name}, offset)"
+    return f"a.{arg.name}"
+
+
 def wrap_kernel(source: str, kernel_name: str) -> str:
     """`source` with its last `extern "C"` function made the body of an ember launch.
 
@@ -103,32 +129,33 @@ def wrap_kernel(source: str, kernel_name: str) -> str:
     close_paren = source.find(")", open_paren)
     if start < 0 or open_paren < 0 or close_paren < 0:
         raise ValueError('ember: no extern "C" kernel in Inductor\'s source')
-    declaration = " ".join(source[start : close_paren + 1].split())
-    parameters = source[open_paren + 1 : close_paren]
-    args = parse_args(parameters)
+    head = " ".join(source[start:open_paren].split())  # extern "C" void kernel
+    args = parse_args(source[open_paren + 1 : close_paren])
+    declarations = [f"{a.type} {a.name}" for a in args]
     body_name = f"{kernel_name}_body"
-    body = f"static void {body_name}({', '.join(f'{a.type} {a.name}' for a in args)})"
-    pointers = [a for a in args if a.is_pointer]
+    pointers = [a.name for a in args if a.is_pointer]
     fields = "".join(f"    {a.type} {a.name};\n" for a in args)
-    moved = ", ".join(
-        f"torch_ember_compiled::at(a.{x.name}, offset)" if x.is_pointer else f"a.{x.name}" for x in args
-    )
-    buffers = ", ".join(a.name for a in pointers) or "nullptr"
+    moved = [_inside_launch(a) for a in args]
+    packed = _listing([a.name for a in args], "      ", "  Args args")
+    buffers = _listing(pointers, "      ", "  const void* buffers[] = ") or "nullptr"
+    call = _listing(moved, "            ", "        " + body_name)
     entry = (
-        f"\n// The entry the wrapper calls: the body runs as one ember launch.\n"
-        f"{declaration}\n{{\n"
+        "\n// The entry the wrapper calls: the body runs as one ember launch.\n"
+        f"{head}({_listing(declarations, '    ', head)})\n{{\n"
         f"  struct Args {{\n{fields}  }};\n"
-        f"  Args args{{{', '.join(a.name for a in args)}}};\n"
+        f"  Args args{{{packed}}};\n"
         f"  const void* buffers[] = {{{buffers}}};\n"
-        f"  torch_ember_compiled::launch(\n"
+        "  torch_ember_compiled::launch(\n"
         f'      "{kernel_name}", buffers, {len(pointers)},\n'
-        f"      [](void* packed, std::ptrdiff_t offset) {{\n"
-        f"        const Args& a = *static_cast<const Args*>(packed);\n"
-        f"        {body_name}({moved});\n"
-        f"      }},\n"
-        f"      &args);\n"
-        f"}}\n"
+        "      [](void* packed, std::ptrdiff_t offset) {\n"
+        "        const Args& a = *static_cast<const Args*>(packed);\n"
+        f"        {body_name}({call});\n"
+        "      },\n"
+        "      &args);\n"
+        "}\n"
     )
+    signature = _listing(declarations, "    ", "static void " + body_name)
+    body = f"static void {body_name}({signature})"
     return PRELUDE + source[:start] + body + source[close_paren + 1 :] + entry
 
 
