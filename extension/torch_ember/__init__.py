@@ -90,12 +90,10 @@ def _register() -> None:
 
 _register()
 
-# The Python custom operators (ember::soft_shrink, ember::soft_shrink_): after the renaming, so
-# their ember kernels are registered for the "ember" device type.
-from torch_ember import custom_ops  # noqa: E402,F401
-
-# torch.compile, torch.export: Dynamo's device interface and Inductor's ember backend
-# (compiler/), whose generated kernels launch through emberLaunchCompiled in _C.
-from torch_ember import compiler  # noqa: E402,I001
+# After the renaming, so that what they register is registered for the "ember" device type:
+# - custom_ops: the Python custom operators (ember::soft_shrink, ember::soft_shrink_);
+# - compiler: torch.compile and torch.export on ember (Dynamo's device interface, Inductor's
+#   ember backend), whose generated kernels launch through emberLaunchCompiled in _C.
+from torch_ember import compiler, custom_ops  # noqa: E402,F401
 
 compiler.register(device_module, _C.__file__)
