@@ -69,11 +69,15 @@ def _compile(tmp_path: Path, text: str) -> ctypes.CDLL:
     source = tmp_path / "entry.cpp"
     source.write_text(text)
     library = tmp_path / "entry.so"
-    subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", "-O1", str(source), "-o", str(library)], check=True)
+    subprocess.run(
+        ["g++", "-std=c++17", "-shared", "-fPIC", "-O1", str(source), "-o", str(library)], check=True
+    )
     return ctypes.CDLL(str(library))
 
 
-def test_the_entry_launches_through_the_published_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_entry_launches_through_the_published_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wrapped = kernel_entry.wrap_kernel(SOURCE, "cpp_fused_add_0")
     # The entry's C++ exception would cross into ctypes: catch it in a C shim that reports it.
     shim = r"""
