@@ -40,6 +40,8 @@ emError_t emDeviceSynchronize(int device) {
     // What was queued before the call, on every stream of the device.
     std::vector<std::pair<Stream*, uint64_t>> targets;
     for (Stream* s : sc.streams[device]) {
+      const emError_t captured = capture_violation(s, "emDeviceSynchronize");
+      if (captured != emSuccess) return captured;
       if (s->done < s->enqueued) targets.emplace_back(s, s->enqueued);
     }
     if (targets.empty()) return emSuccess;

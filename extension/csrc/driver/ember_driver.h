@@ -32,7 +32,8 @@ typedef enum emError {
   emSuccess = 0,
   emErrorInvalidDevice = 1,   // device index out of range
   emErrorInvalidValue = 2,    // null pointer, unknown pointer, bad size
-  emErrorMemoryAllocation = 3 // the device (or the host mapping) is full
+  emErrorMemoryAllocation = 3, // the device (or the host mapping) is full
+  emErrorStreamCapture = 4     // not allowed while a stream captures a graph
 } emError_t;
 
 typedef enum emMemcpyKind {
@@ -280,6 +281,44 @@ emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
 // that size is not promised to fit.
 // ---------------------------------------------------------------------------
 emError_t emMemGetInfo(int device, size_t* free, size_t* total);
+
+// ---------------------------------------------------------------------------
+// Graphs: work captured from a stream, replayed with one call (CUDA graphs).
+//
+// Between emStreamBeginCapture and emStreamEndCapture, the stream runs
+// nothing: each emLaunchKernelByValue on it (as the current stream) is
+// recorded instead, with a copy of its argument, and replayed by
+// emGraphLaunch on the same buffers. A launch whose argument the driver
+// cannot copy (emLaunchKernel: its fn reads the caller's stack), and every
+// call that would wait for the capturing stream or run work on it now (a
+// synchronous copy, a synchronize, an asynchronous copy, sleep or event), fails
+// with emErrorStreamCapture and invalidates the capture: emStreamEndCapture
+// then fails too, naming the call. A graph keeps the device memory its kernels
+// use: memory freed after the capture is not handed out again by the driver
+// until the graph is destroyed.
+// ---------------------------------------------------------------------------
+typedef int64_t emGraph_t;
+
+emError_t emStreamBeginCapture(int device, emStream_t stream);
+// Ends the capture; *graph gets the new graph (> 0), even with no work in it.
+emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph);
+// *capturing = 1 while (device, stream) captures, else 0.
+emError_t emStreamIsCapturing(int device, emStream_t stream, int* capturing);
+// emLaunchKernel with an argument of `arg_size` bytes that the driver copies
+// first: fn gets the copy. On a capturing stream the launch is recorded, not
+// run. Nested in a running kernel, it runs at once.
+emError_t emLaunchKernelByValue(
+    void (*fn)(void* arg),
+    const void* arg,
+    size_t arg_size,
+    void* const* buffers,
+    size_t num_buffers);
+// Runs the graph's kernels, in capture order, on (device, stream), which must
+// be of the graph's device: in stream order, as one launch does.
+emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream);
+// *count = the kernels the graph holds.
+emError_t emGraphGetNodeCount(emGraph_t graph, size_t* count);
+emError_t emGraphDestroy(emGraph_t graph);
 
 #ifdef __cplusplus
 } // extern "C"

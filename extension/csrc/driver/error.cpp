@@ -58,6 +58,8 @@ const char* emGetErrorString(emError_t error) {
       return "invalid argument";
     case emErrorMemoryAllocation:
       return "out of memory";
+    case emErrorStreamCapture:
+      return "operation not permitted while a stream is capturing";
   }
   return "unknown ember error";
 }

@@ -84,6 +84,7 @@ emError_t emSyncEventRecord(emSyncEvent_t event, int device,
     Stream* s = nullptr;
     emError_t found = find_event(event, &e);
     if (found == emSuccess) found = find_stream(device, stream, &s);
+    if (found == emSuccess) found = capture_violation(s, "emSyncEventRecord");
     if (found != emSuccess) return found;
     if (e->device != device) {
       return fail(emErrorInvalidValue,
@@ -154,6 +155,7 @@ emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
     SyncEventPtr e;
     Stream* s = nullptr;
     emError_t found = find_stream(device, stream, &s);
+    if (found == emSuccess) found = capture_violation(s, "emStreamWaitSyncEvent");
     if (found == emSuccess) found = find_event(event, &e);
     if (found != emSuccess) return found;
     if (e->recorded == 0) return unrecorded(*e);

@@ -197,6 +197,14 @@ const void* copy_source(const void* src, emMemcpyKind kind);
 
 inline thread_local int kernel_depth = 0;
 
+// Marks the thread as running a kernel (kernel_depth) for fn's duration.
+struct KernelScope {
+  KernelScope() { ++kernel_depth; }
+  ~KernelScope() { --kernel_depth; }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+};
+
 // ---------------------------------------------------------------------------
 // Streams (stream.cpp) and sync events (event.cpp).
 
@@ -233,6 +241,8 @@ struct Op {
   uint64_t generation = 0;
 };
 
+struct Capture; // graph.cpp
+
 struct Stream {
   Stream(int device, emStream_t id) : device(device), id(id) {}
   const int device;
@@ -244,6 +254,7 @@ struct Stream {
   int host_holds = 0;    // kernels / copies running on host threads
   bool has_worker = false;
   std::condition_variable work; // the worker waits here for runnable work
+  Capture* capture = nullptr;   // set while the stream captures a graph
 
   bool idle() const { return queue.empty() && !running && host_holds == 0; }
 };
@@ -285,6 +296,9 @@ void enqueue(Stream* s, Op op);
 void notify_progress();
 // The error of a wait (synchronize) called inside a kernel.
 emError_t no_wait_in_kernel(const char* call);
+// emSuccess if `s` is not capturing a graph; else the capture is invalidated
+// and the error names `call` (graph.cpp). Caller holds the scheduler mutex.
+emError_t capture_violation(Stream* s, const char* call);
 
 // Finds sync event `id`, or fails with the detail.
 emError_t find_event(emSyncEvent_t id, SyncEventPtr* out);

@@ -10,20 +10,6 @@
 #include <utility>
 #include <vector>
 
-namespace ember::driver::detail {
-namespace {
-
-// Marks the thread as running a kernel (kernel_depth) for fn's duration.
-struct KernelScope {
-  KernelScope() { ++kernel_depth; }
-  ~KernelScope() { --kernel_depth; }
-  KernelScope(const KernelScope&) = delete;
-  KernelScope& operator=(const KernelScope&) = delete;
-};
-
-} // namespace
-} // namespace ember::driver::detail
-
 using namespace ember::driver::detail;
 
 extern "C" {
@@ -60,6 +46,11 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   // (including emFree of its own buffers: `allocs` keeps them usable).
   std::optional<HostWork> work;
   const emError_t ordered = translate_exceptions([&] {
+    if (kernel_depth == 0) {
+      std::unique_lock<std::mutex> lock = lock_scheduler();
+      const emError_t captured = capture_violation(stream, "emLaunchKernel");
+      if (captured != emSuccess) return captured;
+    }
     work.emplace(stream, stream); // in order on the current stream
     return emSuccess;
   });

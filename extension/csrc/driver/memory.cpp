@@ -358,7 +358,14 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
   Stream* stream = current_stream_of(device);
   const emError_t ordered = translate_exceptions([&] {
     // In order on the current stream of each device the copy touches.
-    HostWork work(stream, current_stream_of(allocs.back()->device));
+    Stream* other = current_stream_of(allocs.back()->device);
+    if (kernel_depth == 0) {
+      std::unique_lock<std::mutex> lock = lock_scheduler();
+      emError_t captured = capture_violation(stream, "emMemcpy");
+      if (captured == emSuccess) captured = capture_violation(other, "emMemcpy");
+      if (captured != emSuccess) return captured;
+    }
+    HostWork work(stream, other);
     std::memmove(copy_target(dst, kind), copy_source(src, kind), count);
     return emSuccess;
   });

@@ -305,7 +305,8 @@ emError_t emStreamSynchronize(int device, emStream_t stream) {
     Scheduler& sc = scheduler();
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
-    const emError_t status = find_stream(device, stream, &s);
+    emError_t status = find_stream(device, stream, &s);
+    if (status == emSuccess) status = capture_violation(s, "emStreamSynchronize");
     if (status != emSuccess) return status;
     const uint64_t target = s->enqueued;
     if (s->done >= target) return emSuccess;
@@ -344,7 +345,8 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
   status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
-    const emError_t found = find_stream(device, stream, &s);
+    emError_t found = find_stream(device, stream, &s);
+    if (found == emSuccess) found = capture_violation(s, "emMemcpyAsync");
     if (found != emSuccess || count == 0) return found;
     event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
     event.memcpy_kind = kind;
@@ -369,7 +371,8 @@ emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream) {
   const emError_t status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
-    const emError_t found = find_stream(device, stream, &s);
+    emError_t found = find_stream(device, stream, &s);
+    if (found == emSuccess) found = capture_violation(s, "emSleepAsync");
     if (found != emSuccess) return found;
     Op op;
     op.kind = Op::kSleep;

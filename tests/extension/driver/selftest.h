@@ -109,3 +109,6 @@ void test_sync_events();
 // tracer_tests.cpp
 void test_event_callback();
 void test_stream_trace_events();
+
+// graph_tests.cpp
+void test_graphs();
