@@ -28,6 +28,8 @@ void cacheResetAccumulated(int device);
 void cacheCountOom(int device);
 void checkNotForked();
 bool inBadFork();
+// A graph's pool while it captures on that stream, else the stream (graph_impl).
+emStream_t allocationStream(int device, emStream_t stream);
 
 // The deleter hands the block back to the cache; it runs in destructors, so
 // it never throws. In a forked child it does nothing: the cache's lock may
@@ -72,7 +74,7 @@ struct EmberAllocator final : public c10::DeviceAllocator {
     }
     emStream_t stream = 0;
     EMBER_CHECK(emGetStream(device, &stream));
-    void* ptr = cacheAllocate(nbytes, device, stream);
+    void* ptr = cacheAllocate(nbytes, device, allocationStream(device, stream));
     if (ptr == nullptr) {
       raiseOutOfMemory(nbytes, device); // the cache already emptied itself
     }

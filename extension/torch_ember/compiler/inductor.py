@@ -26,6 +26,7 @@ from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
 from torch._inductor.utils import Placeholder
+from torch._inductor.virtualized import V
 
 from . import kernel_entry
 from .kernel_entry import wrap_kernel
@@ -73,9 +74,21 @@ class EmberPythonWrapper(PythonWrapperCodegen):
         **kwargs: Any,
     ) -> None:
         if not kwargs.get("triton", True):
-            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+            device = kwargs.get("device") or V.graph.get_current_device_or_throw()
+            args = [self._on_device(arg, device) for arg in call_args]
+            self.writeline(self.wrap_kernel_call(kernel_name, args))
             return
         super()._generate_kernel_call_helper(kernel_name, call_args, **kwargs)
+
+    @staticmethod
+    def _on_device(arg: Any, device: torch.device) -> Any:
+        # A 0-dim CPU tensor may join a graph on ember, as in eager mode (a float
+        # under dynamic=True arrives as one). Triton kernels get its value;
+        # ember's C++ kernel gets a pointer, so the tensor is copied to ember.
+        graph_input = V.graph.graph_inputs.get(arg) if isinstance(arg, str) else None
+        where = getattr(graph_input, "get_device", lambda: None)()  # sizes have none
+        on_cpu = where is not None and where.type == "cpu"
+        return f"{arg}.to('{device}')" if on_cpu else arg
 
     def make_allocation(
         self,
@@ -115,6 +128,19 @@ class EmberCppWrapper(CppWrapperCpu):
         partition_signatures: Any = None,
     ) -> Any:
         return EmberCppWrapper()
+
+    # An ATen operator Inductor does not generate (a matrix product, say) is
+    # called through a C shim PyTorch generates per device type: cpu, cuda,
+    # xpu and mps have one, ember has none. A clear error, not C++ that fails
+    # to compile; the default Python wrapper calls such operators directly.
+    @staticmethod
+    def get_c_shim_func_name(kernel: str, device: str) -> str:
+        if device == "ember" and kernel.startswith("at::"):
+            raise NotImplementedError(
+                f"ember: cpp_wrapper=True cannot call {kernel}: PyTorch has no C shim "
+                "of ATen's operators for ember; compile without cpp_wrapper"
+            )
+        return CppWrapperCpu.get_c_shim_func_name(kernel, device)
 
     # The header of PyTorch's helpers for the C++ kernels' host side: the CPU's.
     @staticmethod

@@ -37,7 +37,8 @@ PRELUDE = r"""
 namespace torch_ember_compiled {
 using Body = void (*)(void* args, std::ptrdiff_t offset);
 using Launcher = const char* (*)(const char* kernel, const void* const* buffers,
-                                 std::size_t num_buffers, Body body, void* args);
+                                 std::size_t num_buffers, Body body,
+                                 const void* args, std::size_t args_size);
 // The launcher the backend published as "<pid>:<address>". A child process
 // inherits the variable, but not the address: it must publish its own.
 inline Launcher launcher() {
@@ -53,10 +54,13 @@ inline Launcher launcher() {
   }
   return reinterpret_cast<Launcher>(static_cast<std::uintptr_t>(address));
 }
-// Runs body(args, offset) as one ember launch; throws the launcher's error.
+// Runs body(args, offset) as one ember launch, on a copy of the args_size
+// bytes at args; throws the launcher's error.
 inline void launch(const char* kernel, const void* const* buffers,
-                   std::size_t num_buffers, Body body, void* args) {
-  if (const char* error = launcher()(kernel, buffers, num_buffers, body, args)) {
+                   std::size_t num_buffers, Body body, const void* args,
+                   std::size_t args_size) {
+  Launcher run = launcher();
+  if (const char* error = run(kernel, buffers, num_buffers, body, args, args_size)) {
     throw std::runtime_error(error);
   }
 }
@@ -151,7 +155,7 @@ def wrap_kernel(source: str, kernel_name: str) -> str:
         "        const Args& a = *static_cast<const Args*>(packed);\n"
         f"        {body_name}({call});\n"
         "      },\n"
-        "      &args);\n"
+        "      &args, sizeof args);\n"
         "}\n"
     )
     signature = _listing(declarations, "    ", "static void " + body_name)
