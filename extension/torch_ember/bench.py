@@ -24,6 +24,17 @@ Stable keys (also written by ``--json``). Time ratios: ember / reference, lower 
   `mlp` and `cnn`: forward, cross entropy, backward, SGD with momentum, ``zero_grad``),
   ember / CPU, same initial weights and batch (target <= 1.5).
 
+Compiled (``torch.compile``, Inductor's kernels run as ember launches), time ratios as above:
+
+- ``compiled_pointwise_chain_vs_eager``: `pointwise_chain` (eight pointwise operators) over 1M
+  float32 on ember, compiled / eager: one fused launch against eight (target <= 0.4).
+- ``graph_replay_vs_eager_small_ops``: `small_ops` (100 additions on a one-element tensor), compiled and
+  captured in a `torch.accelerator.Graph`, one replay / the same operators eager; also against one call of
+  the compiled function (``graph_replay_vs_compiled_small_ops``).
+- ``compiled_mlp_step_vs_cpu_compiled``: the MLP's training step compiled whole (forward, loss,
+  backward, SGD; `TrainingStep` with ``compiled=True``), ember / the same compiled on the CPU
+  (target <= 1.2; both run on the same processor, so 1.0 is the limit).
+
 Speed-ups: how many times slower the other path is, higher is better.
 
 - ``fallback_vs_native_1m``, ``fallback_vs_native_1k``: ``a + b`` through the CPU fallback
@@ -107,6 +118,9 @@ TARGETS: dict[str, Target] = {
     "cnn_step_vs_cpu": Target(1.5, at_most=True),
     "fallback_calls_mlp_step": Target(0, at_most=True),
     "fallback_calls_cnn_step": Target(0, at_most=True),
+    "compiled_pointwise_chain_vs_eager": Target(0.4, at_most=True),
+    "compiled_mlp_step_vs_cpu_compiled": Target(1.2, at_most=True),
+    "graph_replay_vs_eager_small_ops": Target(0.3, at_most=True),
 }
 
 STABLE_KEYS = (
@@ -120,6 +134,9 @@ STABLE_KEYS = (
     "cnn_step_vs_cpu",
     "fallback_calls_mlp_step",
     "fallback_calls_cnn_step",
+    "compiled_pointwise_chain_vs_eager",
+    "compiled_mlp_step_vs_cpu_compiled",
+    "graph_replay_vs_eager_small_ops",
 )
 
 
@@ -321,9 +338,11 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
 
 class TrainingStep:
     """One training step of model `name` on `device`: forward, cross entropy, backward, SGD step,
-    `zero_grad(set_to_none=True)`. Every device starts from the same weights and batch."""
+    `zero_grad(set_to_none=True)`. Every device starts from the same weights and batch.
+    `compiled`: the step is `torch.compile`d whole (Dynamo breaks the graph at `backward()`; the
+    forward, the backward and the optimizer's update are each compiled)."""
 
-    def __init__(self, name: str, device: str) -> None:
+    def __init__(self, name: str, device: str, compiled: bool = False) -> None:
         make, shape = MODELS[name]
         torch.manual_seed(0)
         model = make()
@@ -331,8 +350,12 @@ class TrainingStep:
         self.model = model.to(device)
         self.inputs, self.targets = inputs.to(device), targets.to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self._run: Callable[[], None] = torch.compile(self._step) if compiled else self._step
 
     def __call__(self) -> None:
+        self._run()
+
+    def _step(self) -> None:
         loss = F.cross_entropy(self.model(self.inputs), self.targets)
         loss.backward()
         self.optimizer.step()
@@ -368,6 +391,69 @@ def _measure_steps(repeat: int, results: dict[str, float], fallback_ops: dict[st
         fallback_ops[name] = names
 
 
+# -- Compiled ---------------------------------------------------------------------------------
+
+
+def pointwise_chain(x: torch.Tensor) -> torch.Tensor:
+    """Eight pointwise operators: eight launches eagerly, one fused kernel compiled."""
+    y = x * 2
+    y = y + 1
+    y = torch.sin(y)
+    y = y * y
+    y = y - 0.5
+    y = torch.exp(y)
+    y = y / 3
+    return torch.relu(y)
+
+
+def _measure_compiled(repeat: int, results: dict[str, float]) -> None:
+    x, _ = _pair(1 << 20, "ember")
+    chain = torch.compile(pointwise_chain)
+    eager, compiled = interleaved(
+        [synced(lambda: pointwise_chain(x)), synced(lambda: chain(x))], max(3, repeat // 4)
+    )
+    results["compiled_pointwise_chain_vs_eager"] = ratio(compiled, eager)
+    results["pointwise_chain_eager_us"] = median_us(eager)
+
+    cpu_step, ember_step = (
+        TrainingStep("mlp", "cpu", compiled=True),
+        TrainingStep("mlp", "ember", compiled=True),
+    )
+    # The first call compiles; the second recompiles the update (the momentum buffers exist from then on).
+    for step in (cpu_step, ember_step):
+        for _ in range(3):
+            step()
+    # Twice the rounds of the eager steps: this ratio sits close to its target.
+    cpu, ember = interleaved([cpu_step, synced(ember_step)], max(3, repeat // 5))
+    results["compiled_mlp_step_vs_cpu_compiled"] = ratio(ember, cpu)
+    results["compiled_mlp_step_cpu_us"] = median_us(cpu)
+
+
+def small_ops(t: torch.Tensor) -> torch.Tensor:
+    """100 pointwise operators, each on the whole (one-element) tensor."""
+    for _ in range(100):
+        t = t + 1
+    return t
+
+
+def _measure_graph(repeat: int, results: dict[str, float]) -> None:
+    # Captured compiled: ember records kernels launched by value, the ones Inductor generates.
+    x = torch.zeros(1, device="ember")
+    compiled = torch.compile(small_ops)
+    compiled(x)
+    side = torch_ember.device_module.Stream()
+    graph = torch.accelerator.Graph()
+    with torch_ember.device_module.stream(side), graph:
+        compiled(x)
+    eager, replay, call = interleaved(
+        [synced(lambda: small_ops(x)), synced(graph.replay), synced(lambda: compiled(x))], repeat
+    )
+    results["graph_replay_vs_eager_small_ops"] = ratio(replay, eager)
+    results["graph_replay_vs_compiled_small_ops"] = ratio(replay, call)
+    results["small_ops_eager_us"] = median_us(eager)
+    graph.reset()
+
+
 def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None) -> dict[str, float]:
     """Run every benchmark once; the figures under their keys (`fallback_ops` gets the operators that fell back)."""
     results: dict[str, float] = {}
@@ -376,6 +462,8 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_copies(repeat, results)
     _measure_allocator(repeat, results)
     _measure_steps(repeat, results, fallback_ops if fallback_ops is not None else {})
+    _measure_compiled(repeat, results)
+    _measure_graph(repeat, results)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -398,6 +486,10 @@ ROWS = [
     ("CNN training step (ember / CPU)", "cnn_step_vs_cpu"),
     ("MLP step: calls to the CPU fallback", "fallback_calls_mlp_step"),
     ("CNN step: calls to the CPU fallback", "fallback_calls_cnn_step"),
+    ("8-op pointwise chain, 1M, ember: compiled / eager", "compiled_pointwise_chain_vs_eager"),
+    ("MLP training step, compiled (ember / CPU)", "compiled_mlp_step_vs_cpu_compiled"),
+    ("100 one-element ops: graph replay / eager", "graph_replay_vs_eager_small_ops"),
+    ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
 ]
 
 
@@ -416,7 +508,9 @@ def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None =
         f"synchronize {results['synchronize_us']:.1f} us (torch.ember's {results['ember_synchronize_us']:.1f} us); memcpy {results['memcpy_gbps']:.1f} GB/s; "
         f"1 MiB alloc+free {results['alloc_free_cached_us']:.2f} us cached, "
         f"{results['alloc_free_driver_us']:.1f} us driver; CPU steps MLP "
-        f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms; "
+        f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms, "
+        f"MLP compiled {results['compiled_mlp_step_cpu_us'] / 1e3:.1f} ms; eager ember chain "
+        f"{results['pointwise_chain_eager_us'] / 1e3:.1f} ms; "
         f"{torch.get_num_threads()} CPU threads, load average {results['load_average']:.1f})"
     )
     cores = os.cpu_count() or 1

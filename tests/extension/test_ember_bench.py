@@ -74,6 +74,22 @@ def test_training_steps_start_from_the_same_weights_on_every_device() -> None:
         torch.testing.assert_close(ember.cpu(), cpu, rtol=1e-4, atol=1e-5)
 
 
+def test_a_compiled_training_step_equals_the_eager_one() -> None:
+    # The compiled step ratio times the same work: compiled, one step gives the eager step's weights.
+    eager_step, compiled_step = (
+        bench.TrainingStep("mlp", "ember"),
+        bench.TrainingStep("mlp", "ember", compiled=True),
+    )
+    for _ in range(2):  # the second step uses the momentum buffers
+        eager_step()
+        compiled_step()
+    eager_params = list(eager_step.model.parameters())
+    compiled_params = list(compiled_step.model.parameters())
+    for eager, compiled in zip(eager_params, compiled_params, strict=True):
+        assert compiled.device.type == "ember"
+        torch.testing.assert_close(compiled.detach().cpu(), eager.detach().cpu())
+
+
 def test_allocator_timing_loop_frees_what_it_allocates() -> None:
     lib = bench._support_library()
     before = torch.ember.memory_allocated()
@@ -105,6 +121,11 @@ def test_targets_read_both_ways() -> None:
     assert bench.TARGETS["add_1m_vs_cpu"].met(1.2) and not bench.TARGETS["add_1m_vs_cpu"].met(1.21)
     assert bench.TARGETS["h2d_vs_memcpy"].met(0.8) and not bench.TARGETS["h2d_vs_memcpy"].met(0.79)
     assert not bench.TARGETS["fallback_calls_cnn_step"].met(1)
+    assert bench.TARGETS["compiled_pointwise_chain_vs_eager"].met(0.4)
+    assert not bench.TARGETS["compiled_mlp_step_vs_cpu_compiled"].met(1.21)
+    assert {"compiled_pointwise_chain_vs_eager", "compiled_mlp_step_vs_cpu_compiled"} <= set(
+        bench.STABLE_KEYS
+    )
 
 
 def test_table_marks_each_target_met_or_not() -> None:
@@ -124,6 +145,8 @@ def test_table_marks_each_target_met_or_not() -> None:
                 "load_average",
                 "mlp_step_cpu_us",
                 "cnn_step_cpu_us",
+                "compiled_mlp_step_cpu_us",
+                "pointwise_chain_eager_us",
             )
         }
     )

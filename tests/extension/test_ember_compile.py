@@ -1,0 +1,381 @@
+"""torch.compile and torch.export on the installed torch_ember (the compiler in torch_ember/compiler).
+
+Compiled against eager on ember, and against the CPU, for a family of functions: pointwise chains,
+reductions, matrix products, softmax, layer norm, a convolution model's training step, with
+`fullgraph=True`, `dynamic=True` and `cpp_wrapper=True`, ember's custom operator and autocast inside a
+graph. Tolerances are `torch.testing.assert_close`'s defaults per dtype, as in PyTorch's own Inductor
+tests (float16 included: its defaults are the looser ones).
+
+The generated kernels run as ember launches: `LaunchCounter` counts them through the driver's event
+callback (one launch for a fused chain of eight operators that eager runs as eight), and a child
+process shows that the device memory a compiled call wrote stays unreadable from the host.
+
+Inductor's caches (in its default directory) stay on: every test compiles small graphs, and a warm
+cache keeps the file fast. Their keys include ember's code generator (`CodegenVersion` in
+torch_ember/compiler/inductor.py), so a changed compiler is not tested through stale graphs.
+
+Bad input (a device index that does not exist, two ember devices in one graph) is a clear error, not a
+crash.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+import torch
+import torch._dynamo.testing
+import torch.nn.functional as F
+import torch_ember
+from torch import nn
+from torch._inductor.exc import InductorError
+from torch_ember.bench import pointwise_chain
+
+EMBER = torch.device("ember", 0)
+EMBER_1 = torch.device("ember", 1)
+
+
+# -- Counting launches --------------------------------------------------------------------------
+
+EM_EVENT_KERNEL_LAUNCH = 3  # emEventKind's emEventKernelLaunch (csrc/driver/ember_driver.h)
+
+
+class EmEvent(ctypes.Structure):
+    """The driver's `emEvent` (csrc/driver/ember_driver.h), field for field."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("peer_device", ctypes.c_int),
+        ("memcpy_kind", ctypes.c_int),
+        ("bytes", ctypes.c_size_t),
+        ("num_buffers", ctypes.c_size_t),
+        ("ptr", ctypes.c_void_p),
+        ("stream", ctypes.c_int64),
+        ("async_", ctypes.c_int),
+        ("microseconds", ctypes.c_uint64),
+        ("sync_event", ctypes.c_int64),
+    ]
+
+
+EVENT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(EmEvent), ctypes.c_void_p)
+
+
+class LaunchCounter:
+    """Counts ember kernel launches while active: `with LaunchCounter() as launches: ...`, then
+    `launches.count`, and `launches.devices` (the device of each launch).
+
+    It installs the driver's event callback (`emSetEventCallback`, one per process) on entry and
+    removes it on exit. The driver may still finish a call into a callback after removing it, so the
+    ctypes callback is one object that lives as long as the process (`_CALLBACK`)."""
+
+    _active: LaunchCounter | None = None
+
+    def __init__(self) -> None:
+        self.devices: list[int] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    def __enter__(self) -> LaunchCounter:
+        assert LaunchCounter._active is None, "one LaunchCounter at a time"
+        torch.ember.synchronize()
+        LaunchCounter._active = self
+        assert _driver().emSetEventCallback(_CALLBACK, None) == 0
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        torch.ember.synchronize()
+        assert _driver().emSetEventCallback(EVENT_CALLBACK(), None) == 0  # NULL: removed
+        LaunchCounter._active = None
+
+
+def _record(event: ctypes._Pointer[EmEvent], user: int | None) -> None:
+    counter = LaunchCounter._active
+    if counter is not None and event.contents.kind == EM_EVENT_KERNEL_LAUNCH:
+        counter.devices.append(event.contents.device)
+
+
+_CALLBACK = EVENT_CALLBACK(_record)
+
+
+def _driver() -> ctypes.CDLL:
+    library = ctypes.CDLL(torch_ember._C.__file__)
+    library.emSetEventCallback.argtypes = [EVENT_CALLBACK, ctypes.c_void_p]
+    library.emSetEventCallback.restype = ctypes.c_int
+    return library
+
+
+# -- Helpers ------------------------------------------------------------------------------------
+
+
+def sample(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator, dtype=dtype)
+
+
+def to_cpu(value: object) -> object:
+    """A tensor, or a tuple of tensors, copied to the CPU."""
+    return tuple(t.cpu() for t in value) if isinstance(value, tuple) else value.cpu()
+
+
+def check_compiled(fn: Callable[..., object], *inputs: torch.Tensor, **options: object) -> object:
+    """`torch.compile(fn, **options)` on ember against `fn` eagerly on ember and on the CPU; returns
+    the compiled function's output."""
+    compiled = torch.compile(fn, **options)
+    on_ember = [x.to(EMBER) for x in inputs]
+    got = compiled(*on_ember)
+    for result in got if isinstance(got, tuple) else (got,):
+        assert result.device == EMBER
+    torch.testing.assert_close(to_cpu(got), to_cpu(fn(*on_ember)))
+    torch.testing.assert_close(to_cpu(got), fn(*inputs))
+    return got
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    """Each test starts with no compiled frames cached by Dynamo (Inductor's caches stay)."""
+    torch._dynamo.reset()
+    yield
+    torch.ember.synchronize()
+
+
+# -- Compiled equals eager ----------------------------------------------------------------------
+
+
+def test_a_pointwise_chain_runs_as_one_launch() -> None:
+    # The benchmark's chain (compiled_pointwise_chain_vs_eager): eight launches eagerly, one compiled.
+    x = sample(1000)
+    compiled = torch.compile(pointwise_chain)
+    check_compiled(pointwise_chain, x)
+    on_ember = x.to(EMBER)
+    compiled(on_ember)  # compiled above already: a cache hit
+    with LaunchCounter() as eager:
+        pointwise_chain(on_ember)
+    with LaunchCounter() as fused:
+        result = compiled(on_ember)
+    assert (eager.count, fused.count) == (8, 1)
+    assert fused.devices == [0]
+    torch.testing.assert_close(result.cpu(), pointwise_chain(x))
+
+
+def reductions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.sum(dim=1), x.amax(dim=0), x.mean(), (x * x).sum(dim=-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shapes"),
+    [
+        pytest.param(reductions, [(33, 17)], id="reductions"),
+        pytest.param(lambda a, b: torch.relu(a @ b + 1), [(8, 16), (16, 12)], id="matmul"),
+        pytest.param(lambda x: torch.softmax(x * 0.5, dim=-1), [(6, 40)], id="softmax"),
+        pytest.param(lambda x, w, b: F.layer_norm(x, (24,), w, b), [(5, 24), (24,), (24,)], id="layer_norm"),
+        pytest.param(lambda x: torch.cat([x, x[[0, 2]]]).cumsum(0), [(6, 3)], id="indexing"),
+    ],
+)
+def test_compiled_equals_eager_and_the_cpu(fn: Callable[..., object], shapes: list[tuple[int, ...]]) -> None:
+    check_compiled(fn, *(sample(*shape, seed=seed) for seed, shape in enumerate(shapes)))
+
+
+def test_fullgraph_compiles_one_graph() -> None:
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(torch.tanh(x @ w), dim=-1).sum(dim=0)
+
+    check_compiled(fn, sample(4, 8), sample(8, 8, seed=1), backend=counter, fullgraph=True)
+    assert counter.frame_count == 1
+
+
+def test_cpp_wrapper_equals_eager() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.ops.ember.custom_abs(torch.sin(x) * 3) + 1
+        return y, y.sum(dim=0)
+
+    check_compiled(fn, sample(6, 8), options={"cpp_wrapper": True})
+
+
+def test_cpp_wrapper_refuses_aten_operators_it_has_no_shim_for() -> None:
+    # The C++ wrapper calls an ATen operator it does not generate (mm) through a C shim
+    # that PyTorch generates for cpu, cuda, xpu and mps only: a clear error, not C++
+    # that fails to compile.
+    x, w = sample(6, 8).to(EMBER), sample(8, 5, seed=1).to(EMBER)
+    with pytest.raises(InductorError, match=r"ember: cpp_wrapper=True cannot call at::mm_out"):
+        torch.compile(lambda x, w: torch.relu(x @ w) * 3, options={"cpp_wrapper": True})(x, w)
+
+
+def test_dynamic_batch_sizes_compile_once() -> None:
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(lambda x: torch.log_softmax(x * 2 + 1, dim=-1), backend=counter, dynamic=True)
+    for batch in (2, 3, 5, 8, 13):
+        x = sample(batch, 10, seed=batch)
+        result = compiled(x.to(EMBER))
+        assert result.shape == (batch, 10) and result.device == EMBER
+        torch.testing.assert_close(result.cpu(), torch.log_softmax(x * 2 + 1, dim=-1))
+    assert counter.frame_count == 1
+
+
+def test_a_cpu_scalar_tensor_joins_an_ember_graph() -> None:
+    # Eager PyTorch lets a 0-dim CPU tensor join any device's operator; so does a float argument
+    # under dynamic=True, which Dynamo passes to the graph as a 0-dim CPU tensor.
+    x = sample(6)
+    result = torch.compile(lambda x, s: x * s + 1)(x.to(EMBER), torch.tensor(2.5))
+    torch.testing.assert_close(result.cpu(), x * 2.5 + 1)
+    scaled = torch.compile(lambda x, s: x * s, dynamic=True)
+    for factor in (2.5, 3.5):
+        torch.testing.assert_close(scaled(x.to(EMBER), factor).cpu(), x * factor)
+
+
+def test_the_custom_op_runs_inside_a_compiled_graph() -> None:
+    # ember::custom_abs has a Meta kernel: Dynamo traces it on fake tensors, no graph break.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.ember.custom_abs(x * 2 - 1).sqrt() + 1
+
+    check_compiled(fn, sample(7, 5), fullgraph=True)
+
+
+def test_autocast_under_compile_runs_in_float16() -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("ember", dtype=torch.float16):
+            return torch.relu(a @ b) + 1
+
+    a, b = sample(8, 16).to(EMBER), sample(16, 4, seed=1).to(EMBER)
+    got = torch.compile(fn, fullgraph=True)(a, b)
+    assert got.dtype == torch.float16 and got.device == EMBER
+    torch.testing.assert_close(got.cpu(), fn(a, b).cpu())
+    # Against float32 on the CPU: float16 rounds the product and then the sum (up to two half-ulps).
+    reference = torch.relu(a.cpu().half().float() @ b.cpu().half().float()) + 1
+    torch.testing.assert_close(got.cpu().float(), reference, rtol=2e-3, atol=1e-3)
+
+
+def test_changing_the_device_index_recompiles_once() -> None:
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(pointwise_chain, backend=counter)
+    x = sample(64)
+    for device, compiles in ((EMBER, 1), (EMBER_1, 2), (EMBER, 2), (EMBER_1, 2)):
+        with LaunchCounter() as launches:
+            result = compiled(x.to(device))
+        assert result.device == device
+        assert launches.devices[-1] == device.index  # the kernel ran on its buffers' device
+        torch.testing.assert_close(result.cpu(), pointwise_chain(x))
+        assert counter.frame_count == compiles
+
+
+# -- Training -----------------------------------------------------------------------------------
+
+
+def small_cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+
+
+def step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """One training step: forward, cross entropy, backward, SGD with momentum, zero_grad."""
+    loss = F.cross_entropy(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def test_a_compiled_training_step_equals_eager() -> None:
+    # Forward and backward compiled (Dynamo breaks the graph at backward()), the update too.
+    torch.manual_seed(0)
+    initial = small_cnn()
+    inputs, targets = sample(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])
+    runs = {}
+    for label, device, call in (
+        ("compiled", EMBER, torch.compile(step)),
+        ("eager", EMBER, step),
+        ("cpu", torch.device("cpu"), step),
+    ):
+        model = copy.deepcopy(initial).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        losses = [call(model, optimizer, inputs.to(device), targets.to(device)).item() for _ in range(2)]
+        runs[label] = (losses, [p.detach().cpu() for p in model.parameters()])
+    for label in ("eager", "cpu"):
+        torch.testing.assert_close(runs["compiled"], runs[label])
+
+
+# -- torch.export ---------------------------------------------------------------------------------
+
+
+def test_export_round_trip_on_ember(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(EMBER)
+    x = sample(5, 6).to(EMBER)
+    program = torch.export.export(model, (x,))
+    path = tmp_path / "model.pt2"
+    torch.export.save(program, path)
+    loaded = torch.export.load(path)
+    assert {p.device for p in loaded.state_dict.values()} == {EMBER}
+    result = loaded.module()(x)
+    assert result.device == EMBER
+    torch.testing.assert_close(result.cpu(), model(x).cpu(), rtol=0, atol=0)
+
+
+# -- Memory stays protected -----------------------------------------------------------------------
+
+PROTECTED = textwrap.dedent(
+    """
+    import ctypes, sys
+    import torch, torch_ember
+    x = torch.arange(8.0, device="ember")
+    out = torch.compile(lambda x: torch.exp(x * 0.5) + 1)(x)
+    print("result", (out.cpu() - (torch.exp(torch.arange(8.0) * 0.5) + 1)).abs().max().item(), flush=True)
+    print("read", ctypes.c_float.from_address(out.data_ptr()).value, flush=True)
+    """
+)
+
+
+def test_device_memory_stays_unreadable_after_a_compiled_call() -> None:
+    done = subprocess.run([sys.executable, "-c", PROTECTED], capture_output=True, text=True, timeout=120)
+    assert "result 0.0" in done.stdout, done.stdout + done.stderr
+    assert "read" not in done.stdout
+    # The host's read faulted: the child died of SIGSEGV (-11).
+    assert done.returncode == -signal.SIGSEGV, (done.returncode, done.stderr)
+
+
+# -- Bad input --------------------------------------------------------------------------------------
+
+
+def test_a_device_index_that_does_not_exist_is_a_clear_error() -> None:
+    compiled = torch.compile(lambda x: (x * 2 + 1).to("ember:7"))
+    with pytest.raises(RuntimeError, match=r"device index 7 is out of range: there are 2 ember devices"):
+        compiled(torch.ones(3, device=EMBER))
+    factory = torch.compile(lambda: torch.ones(3, device=torch.device("ember:7")) * 2)
+    with pytest.raises(RuntimeError, match=r"device index 7 is out of range"):
+        factory()
+
+
+def test_two_ember_devices_in_one_graph_are_a_clear_error() -> None:
+    compiled = torch.compile(lambda x, y: x * 2 + y)
+    with pytest.raises(RuntimeError, match=r"found at least two devices, ember:0 and ember:1"):
+        compiled(torch.ones(3, device=EMBER), torch.ones(3, device=EMBER_1))
+    # The process goes on: the same function compiles for one device.
+    result = compiled(torch.ones(3, device=EMBER_1), torch.ones(3, device=EMBER_1))
+    torch.testing.assert_close(result.cpu(), torch.full((3,), 3.0))
