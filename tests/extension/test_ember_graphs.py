@@ -4,6 +4,10 @@ capture, and the graph's memory is kept until reset."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -111,3 +115,27 @@ def test_a_graph_replays_only_what_it_holds() -> None:
         graph.replay()
     with pytest.raises(RuntimeError, match="capture_end\\(\\) without capture_begin\\(\\)"):
         graph.capture_end()
+
+
+def test_import_torch_ember_alone_gives_compile_export_and_graphs() -> None:
+    # A fresh process: nothing but `import torch_ember` registers the compiler and the graphs.
+    code = """
+import io, torch, torch_ember
+x = torch.ones(3, device="ember")
+f = torch.compile(lambda t: (t * 2).sin() + 1)
+assert torch.allclose(f(x).cpu(), (torch.ones(3) * 2).sin() + 1)
+program = torch.export.export(torch.nn.Linear(3, 2).to("ember"), (x[None],))
+buffer = io.BytesIO(); torch.export.save(program, buffer); buffer.seek(0)
+assert torch.export.load(buffer).module()(x[None]).device.type == "ember"
+graph = torch.accelerator.Graph()
+with torch.ember.stream(torch.ember.Stream()), graph:
+    y = f(x)
+graph.replay()
+assert torch.allclose(y.cpu(), (torch.ones(3) * 2).sin() + 1)
+print("ok")
+"""
+    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environment
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "ok", child.stderr[-2000:]
