@@ -95,5 +95,7 @@ _register()
 # - compiler: torch.compile and torch.export on ember (Dynamo's device interface, Inductor's
 #   ember backend), whose generated kernels launch through emberLaunchCompiled in _C.
 from torch_ember import compiler, custom_ops  # noqa: E402,F401
+from torch_ember.compiler import deferred  # noqa: E402
 
-compiler.register(device_module, _C.__file__)
+compiler.use_launcher(_C.__file__)
+deferred.run_after_import(lambda: compiler.register(device_module, _C.__file__))

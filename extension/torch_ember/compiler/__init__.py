@@ -1,6 +1,9 @@
 """torch.compile on ember (Dynamo's device interface, Inductor's ember backend).
 
-`register(device_module, library)` is all of it, and `import torch_ember` calls it:
+`register(device_module, library)` is all of it, and `import torch_ember` arranges for it
+(`deferred.run_after_import`: at once if Dynamo or Inductor is loaded, else when one of
+them is first imported, because importing them takes seconds that a process which never
+compiles should not pay):
 - Dynamo gets ember's `DeviceInterface` (`device_interface`), so streams, events and
   the current device trace into graphs;
 - Inductor generates ember kernels (`inductor`): the CPU's C++ code generator, each
@@ -14,15 +17,23 @@ Nothing here imports from `torch_ember`, so the book loads this package by path.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 from pathlib import Path
 from types import ModuleType
 
-from . import device_interface as device_interface
-from . import inductor as inductor
 from . import kernel_entry as kernel_entry
 
 __all__ = ["launcher_address", "register", "use_launcher"]
+
+# Imported on first use (PEP 562): they import torch._dynamo and torch._inductor.
+_HEAVY = ("device_interface", "inductor")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _HEAVY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ember-book: begin compiler_register
@@ -42,6 +53,8 @@ def use_launcher(library: str | Path) -> None:
 
 def register(device_module: ModuleType, library: str | Path) -> None:
     """torch.compile, torch.export and Inductor's kernels on ember. Idempotent."""
+    from . import device_interface, inductor
+
     device_interface.register(device_module)
     inductor.register()
     use_launcher(library)
