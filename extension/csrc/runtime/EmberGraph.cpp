@@ -34,6 +34,9 @@ struct PoolRoute {
 };
 std::mutex routesMutex;
 std::array<PoolRoute, 16> routes;
+// How many routes are active: every allocation asks allocationStream, and
+// without a capture it answers without taking the lock.
+std::atomic<int> activeRoutes{0};
 std::atomic<uint64_t> nextPool{1};
 
 emStream_t poolKey(const at::MempoolId_t& pool) {
@@ -42,13 +45,18 @@ emStream_t poolKey(const at::MempoolId_t& pool) {
 
 void route(int device, emStream_t stream, emStream_t key) {
   const std::lock_guard<std::mutex> lock(routesMutex);
-  routes.at(device) = PoolRoute{key != 0, stream, key};
+  PoolRoute& r = routes.at(device);
+  activeRoutes += (key != 0 ? 1 : 0) - (r.active ? 1 : 0);
+  r = PoolRoute{key != 0, stream, key};
 }
 
 } // namespace
 
 // The stream key the allocator files a new block under (allocator).
 emStream_t allocationStream(int device, emStream_t stream) {
+  if (activeRoutes.load() == 0) {
+    return stream; // no graph is capturing
+  }
   const std::lock_guard<std::mutex> lock(routesMutex);
   const PoolRoute& r = routes.at(device);
   return r.active && r.stream == stream ? r.key : stream;
