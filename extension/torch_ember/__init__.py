@@ -98,4 +98,7 @@ from torch_ember import compiler, custom_ops  # noqa: E402,F401
 from torch_ember.compiler import deferred  # noqa: E402
 
 compiler.use_launcher(_C.__file__)
+# Dynamo's part as soon as Dynamo is imported: torch.compile(backend="eager") traces ember's
+# streams too, and never imports Inductor.
+deferred.run_after_import(lambda: compiler.device_interface.register(device_module), ["torch._dynamo"])
 deferred.run_after_import(lambda: compiler.register(device_module, _C.__file__))

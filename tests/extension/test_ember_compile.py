@@ -33,6 +33,7 @@ from types import TracebackType
 import pytest
 import torch
 import torch._dynamo.testing
+import torch._inductor.utils
 import torch.nn.functional as F
 import torch_ember
 from torch import nn
@@ -71,7 +72,8 @@ EVENT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(EmEvent), ctypes.c_void_p
 
 class LaunchCounter:
     """Counts ember kernel launches while active: `with LaunchCounter() as launches: ...`, then
-    `launches.count`, and `launches.devices` (the device of each launch).
+    `launches.count`, `launches.devices` (the device of each launch) and `launches.streams` (the
+    stream id of each).
 
     It installs the driver's event callback (`emSetEventCallback`, one per process) on entry and
     removes it on exit. The driver may still finish a call into a callback after removing it, so the
@@ -81,6 +83,7 @@ class LaunchCounter:
 
     def __init__(self) -> None:
         self.devices: list[int] = []
+        self.streams: list[int] = []
 
     @property
     def count(self) -> int:
@@ -108,6 +111,7 @@ def _record(event: ctypes._Pointer[EmEvent], user: int | None) -> None:
     counter = LaunchCounter._active
     if counter is not None and event.contents.kind == EM_EVENT_KERNEL_LAUNCH:
         counter.devices.append(event.contents.device)
+        counter.streams.append(event.contents.stream)
 
 
 _CALLBACK = EVENT_CALLBACK(_record)
@@ -199,6 +203,53 @@ def test_fullgraph_compiles_one_graph() -> None:
 
     check_compiled(fn, sample(4, 8), sample(8, 8, seed=1), backend=counter, fullgraph=True)
     assert counter.frame_count == 1
+
+
+def on_a_side_stream(x: torch.Tensor, side: torch.Stream) -> torch.Tensor:
+    """CUDA's pattern for work on another stream: wait, run there, make the caller wait."""
+    main = torch.ember.current_stream()
+    side.wait_stream(main)
+    with torch.ember.stream(side):
+        y = (x * 2).relu()
+    main.wait_stream(side)
+    return y + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_ember_streams_trace_into_one_graph(backend: str) -> None:
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    side = torch.ember.Stream()
+    x = sample(64)
+    compiled = torch.compile(on_a_side_stream, backend=counter, fullgraph=True)
+    with LaunchCounter() as launches:
+        result = compiled(x.to(EMBER), side)
+    torch.testing.assert_close(result.cpu(), on_a_side_stream(x.to(EMBER), side).cpu())
+    assert counter.frame_count == 1  # fullgraph=True: no graph break
+    if backend == "inductor":  # two generated kernels: one on the side stream, then the caller's
+        assert launches.streams == [side.stream_id, torch.ember.current_stream().stream_id]
+
+
+def test_inductor_names_the_side_stream_in_the_wrapper() -> None:
+    side = torch.ember.Stream()
+    compiled = torch.compile(on_a_side_stream, fullgraph=True)
+    _, (wrapper, *_) = torch._inductor.utils.run_and_get_code(compiled, sample(64).to(EMBER), side)
+    body = wrapper[wrapper.index("def call") :]
+    assert "with torch.ember.device(0):" in body  # the guard the stream variables live in
+    side_block = body[body.index("with stream1:") :].split("with default_stream:")[0]
+    assert "cpp_fused" in side_block  # the first kernel's call is inside the side stream's block
+
+
+def test_the_cache_key_names_the_vector_isa(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch_ember.compiler.inductor import CodegenVersion
+
+    version = CodegenVersion()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    scalar = version.uuid()
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    assert scalar.endswith("-INVALID_VEC_ISA")  # default: Inductor writes scalar C++, no at::vec
+    if str(pick_vec_isa()) != "INVALID_VEC_ISA":  # this CPU vectorizes: the key tells them apart
+        assert version.uuid() != scalar
 
 
 def test_cpp_wrapper_equals_eager() -> None:

@@ -8,6 +8,7 @@ device count, the current device and the device's properties while it compiles.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -18,7 +19,10 @@ from torch._dynamo.device_interface import (
     register_interface_for_device,
 )
 
-__all__ = ["EmberDeviceProperties", "make_interface", "register"]
+__all__ = ["EmberDeviceProperties", "make_interface", "register", "trace_stream_functions"]
+
+# The ids of the device-module functions already substituted in Dynamo's graphs.
+_TRACED: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -109,12 +113,37 @@ def make_interface(device_module: ModuleType) -> type[DeviceInterface]:
     return EmberInterface
 
 
+def trace_stream_functions(device_module: ModuleType) -> None:
+    """Lets Dynamo put `torch.ember.current_stream()` and `torch.ember.stream(s)` in a
+    graph. Both are Python over the driver (ctypes), which Dynamo cannot trace; in a
+    traced function they mean what torch.accelerator's stream and `with s:` mean,
+    which Dynamo records as graph nodes."""
+    ember = device_module
+
+    def current_stream(device: torch.types.Device = None) -> torch.Stream:
+        if device is None:  # Dynamo reads no None here: the current device
+            return torch.accelerator.current_stream()
+        if isinstance(device, int):
+            device = torch.device("ember", device)
+        return torch.accelerator.current_stream(device)
+
+    def stream(stream: torch.Stream | None) -> Any:
+        return contextlib.nullcontext() if stream is None else stream
+
+    substitutes = ((ember.current_stream, current_stream), (ember.stream, stream))
+    for original, traced in substitutes:
+        if id(original) not in _TRACED:  # registering one function twice is an error
+            torch.compiler.substitute_in_graph(original)(traced)
+            _TRACED.add(id(original))
+
+
 def register(device_module: ModuleType) -> None:
     """Registers ember's interface with Dynamo (for "ember" and each "ember:N")."""
     interface = make_interface(device_module)
     register_interface_for_device("ember", interface)
     for index in range(device_module.device_count()):
         register_interface_for_device(f"ember:{index}", interface)
+    trace_stream_functions(device_module)
 
 
 # ember-book: end device_interface
