@@ -61,9 +61,20 @@ def metadata():
 """
 
 
+# The child leaves with os._exit, as book.run_isolated's does: after a backward on a
+# PrivateUse1 device, PyTorch 2.13's interpreter shutdown can abort (an autograd device
+# thread releases a Python object; torch_ember/autograd_threads.py has the story and the
+# package's fix, which these chapter builds do not load).
+CHILD_EXIT = """
+import os, sys
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
 def run_child(code: str) -> dict[str, Any]:
     env = dict(os.environ, EMBER_BOOK_BATCH="1")
-    program = CHILD_HELPERS + textwrap.dedent(code)
+    program = CHILD_HELPERS + textwrap.dedent(code) + CHILD_EXIT
     result = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
     )

@@ -94,8 +94,11 @@ _register()
 # - custom_ops: the Python custom operators (ember::soft_shrink, ember::soft_shrink_);
 # - compiler: torch.compile and torch.export on ember (Dynamo's device interface, Inductor's
 #   ember backend), whose generated kernels launch through emberLaunchCompiled in _C.
-from torch_ember import compiler, custom_ops  # noqa: E402,F401
+# - autograd_threads: a backward on ember, then exit, must not abort at interpreter shutdown.
+from torch_ember import autograd_threads, compiler, custom_ops  # noqa: E402,F401
 from torch_ember.compiler import deferred  # noqa: E402
+
+autograd_threads.register(BACKEND_NAME, device_module.device_count())
 
 compiler.use_launcher(_C.__file__)
 # Dynamo's part as soon as Dynamo is imported: torch.compile(backend="eager") traces ember's
