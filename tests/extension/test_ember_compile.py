@@ -239,6 +239,32 @@ def test_inductor_names_the_side_stream_in_the_wrapper() -> None:
     assert "cpp_fused" in side_block  # the first kernel's call is inside the side stream's block
 
 
+def with_an_event(x: torch.Tensor) -> torch.Tensor:
+    event = torch.Event(device="ember")
+    y = (x * 2).relu()
+    event.record()
+    event.wait()
+    return y + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_an_event_traces_into_one_graph(backend: str) -> None:
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    x = sample(64).to(EMBER)
+    result = torch.compile(with_an_event, backend=counter, fullgraph=True)(x)
+    torch.testing.assert_close(result.cpu(), with_an_event(x).cpu())
+    assert counter.frame_count == 1
+
+
+def test_a_kernel_call_keeps_its_place_before_an_event() -> None:
+    # The CPU's scheduling writes a kernel's call at its next flush; an event's record has no
+    # device, so nothing flushed before it, and the call (and its input) came after the record.
+    compiled = torch.compile(with_an_event, fullgraph=True)
+    _, (wrapper, *_) = torch._inductor.utils.run_and_get_code(compiled, sample(64).to(EMBER))
+    body = wrapper[wrapper.index("def call") :]
+    assert body.index("cpp_fused") < body.index("record_event.default") < body.index("wait_event.default")
+
+
 def test_the_cache_key_names_the_vector_isa(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._inductor.cpu_vec_isa import pick_vec_isa
     from torch_ember.compiler.inductor import CodegenVersion

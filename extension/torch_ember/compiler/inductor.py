@@ -54,9 +54,11 @@ class EmberScheduling(CppScheduling):
     def codegen_node(self, node: Any) -> None:
         with inductor_config.patch(cuda_backend="cpp"):
             super().codegen_node(node)
-        # The CPU's scheduling writes a kernel's call later, at its next flush; in a
-        # graph that switches streams, that would be after the node's stream context.
-        if V.graph.scheduler._has_multi_stream_nodes():
+        # The CPU's scheduling writes a kernel's call later, at its next flush. The
+        # scheduler flushes before a node of another device, but not before a node of
+        # none (an event's record or wait), nor at a change of stream: in graphs with
+        # such nodes, the call would land after them.
+        if _calls_must_keep_order(V.graph.scheduler):
             self.flush()
 
     def flush(self) -> None:
@@ -68,6 +70,17 @@ class EmberScheduling(CppScheduling):
         # placeholder with it (so the launch's errors name the kernel).
         name = str(Placeholder.DESCRIPTIVE_NAME)
         return super().define_kernel(wrap_kernel(src_code, name), nodes, kernel_args)
+
+
+def _calls_must_keep_order(scheduler: Any) -> bool:
+    """Whether a graph has streams or device-less nodes (events); read once."""
+    known = getattr(scheduler, "_ember_ordered_calls", None)
+    if known is None:
+        known = scheduler._has_multi_stream_nodes() or any(
+            node.get_device() is None for node in scheduler.nodes
+        )
+        scheduler._ember_ordered_calls = known
+    return known
 
 
 class EmberPythonWrapper(PythonWrapperCodegen):
