@@ -3,7 +3,7 @@
 #   make test   run the whole test suite (what CI runs)
 # and one opens the chapters to read and run them:
 #   make lab    JupyterLab on chapters/, with the finished package torch_ember installed (chapters 13
-#               and 12 use it). Arguments: PORT=8890 IP=0.0.0.0 LAB_ARGS="--no-browser" (any option of
+#               and 14 use it). Arguments: PORT=8890 IP=0.0.0.0 LAB_ARGS="--no-browser" (any option of
 #               `jupyter lab`), e.g. `make lab PORT=8890 IP=0.0.0.0 LAB_ARGS=--no-browser` in a container.
 SHELL := /bin/bash
 VENV ?= .venv
