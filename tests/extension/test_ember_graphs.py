@@ -121,7 +121,7 @@ def test_import_torch_ember_alone_gives_compile_export_and_graphs() -> None:
     # A fresh process: nothing but `import torch_ember` registers the compiler and the graphs.
     code = """
 import io, sys, torch, torch_ember
-# Registered when Inductor is first imported, not before: Dynamo and Inductor take seconds to import.
+# Registered when Dynamo and Inductor are first imported, not before: they take seconds to import.
 assert "torch._dynamo" not in sys.modules and "torch._inductor.compile_fx" not in sys.modules
 x = torch.ones(3, device="ember")
 f = torch.compile(lambda t: (t * 2).sin() + 1)

@@ -1,9 +1,9 @@
 """torch.compile on ember (Dynamo's device interface, Inductor's ember backend).
 
 `register(device_module, library)` is all of it, and `import torch_ember` arranges for it
-(`deferred.run_after_import`: at once if Dynamo or Inductor is loaded, else when one of
-them is first imported, because importing them takes seconds that a process which never
-compiles should not pay):
+(`deferred.run_after_import`: the device interface when Dynamo is first imported, the rest
+when Inductor is, or at once if they are loaded already, because importing them takes
+seconds that a process which never compiles should not pay):
 - Dynamo gets ember's `DeviceInterface` (`device_interface`), so streams, events and
   the current device trace into graphs;
 - Inductor generates ember kernels (`inductor`): the CPU's C++ code generator, each

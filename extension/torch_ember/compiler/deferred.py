@@ -1,12 +1,12 @@
 """Registering the compiler when Dynamo or Inductor is first imported.
 
 `import torch_ember` runs on every `import torch` (the package autoloads), and importing
-Dynamo and Inductor, which `compiler.register` needs, takes seconds. So the package
-registers at once only if one of them is loaded already; otherwise a finder on
-`sys.meta_path` waits for the first import of `torch._dynamo` or `torch._inductor`
-(`torch.compile` and `torch.export` import them) and registers right after that module
-has run. The launcher is published at once: it costs nothing, and graph replays and
-compiled code loaded from elsewhere need it.
+Dynamo and Inductor, which the compiler's registration needs, takes seconds. So the package
+registers each part at once only if its module is loaded already; otherwise a finder on
+`sys.meta_path` waits for that module's first import and registers right after it has run:
+Dynamo's device interface after `torch._dynamo`, Inductor's backend after
+`torch._inductor.compile_fx` (`TRIGGERS`). The launcher is published at once: it costs
+nothing, and graph replays and compiled code loaded from elsewhere need it.
 """
 
 from __future__ import annotations

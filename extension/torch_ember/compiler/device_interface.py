@@ -1,9 +1,10 @@
 """Dynamo's view of ember: the runtime calls a traced program may make on the device.
 
-Dynamo traces calls like `torch.ember.current_stream()` or `with torch.ember.stream(s):`
-into the graph only when the device type has a `DeviceInterface`; without one they
-break the graph (and `fullgraph=True` fails). Inductor asks the same interface for the
-device count, the current device and the device's properties while it compiles.
+Dynamo and Inductor ask the device type's `DeviceInterface` for the device count, the
+current device, streams and the device's properties while they trace and compile. Calls
+like `torch.ember.current_stream()` or `with torch.ember.stream(s):` trace into the graph
+through the substitutes `trace_stream_functions` registers; without them they break the
+graph (and `fullgraph=True` fails).
 """
 
 from __future__ import annotations
