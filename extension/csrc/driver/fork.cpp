@@ -63,7 +63,7 @@ void after_fork_child() {
     if (own >= 0 &&
         copy_file_data(inherited, own, region.device_base(d) + region.offset,
                        region.capacity) &&
-        map_views(region, d, own)) {
+        map_views(region, d, own) && remap_pieces(region, d, own)) {
       region.fds[d] = own;
     } else {
       // Best effort: keep sharing the parent's memory, but never punch it.

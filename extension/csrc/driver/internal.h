@@ -7,6 +7,7 @@
 //   error.cpp   emGetErrorString/Detail; the thread's error detail
 //   device.cpp  devices, the current device, emDeviceSynchronize
 //   memory.cpp  the double-mapped device memory, allocations, copies, stats
+//   vmm.cpp     address reservations and the pages mapped into them
 //   launch.cpp  kernels (emLaunchKernel, emGetKernelOffset)
 //   stream.cpp  streams, their worker threads, asynchronous work
 //   event.cpp   sync events (record, wait, query, elapsed time)
@@ -79,9 +80,14 @@ inline bool valid_device(int device) {
 // ---------------------------------------------------------------------------
 // Device memory (memory.cpp; fork.cpp remaps it in a forked child).
 
-// The address space of all devices: two views of every device's memfd.
+// The address space of all devices: two views of every device's memfd, each
+// followed by the devices' reservable address space (vmm.cpp), where pages of
+// the file are mapped on demand:
+//   [ file 0 | file 1 | space 0 | space 1 ]  inaccessible
+//   [ file 0 | file 1 | space 0 | space 1 ]  read/write, `offset` bytes later
 struct Region {
   size_t capacity = 0;  // per device, whole pages
+  size_t va_size = 0;   // reservable address space per device
   char* base = nullptr; // the inaccessible view; nullptr if setup failed
   ptrdiff_t offset = 0; // read/write view minus inaccessible view
   std::array<int, kNumDevices> fds{};
@@ -89,7 +95,11 @@ struct Region {
   char* device_base(int device) const {
     return base + static_cast<size_t>(device) * capacity;
   }
-  size_t span() const { return 2 * kNumDevices * capacity; }
+  char* va_base(int device) const {
+    return base + kNumDevices * capacity +
+        static_cast<size_t>(device) * va_size;
+  }
+  size_t span() const { return 2 * kNumDevices * (capacity + va_size); }
   bool contains(uintptr_t p, size_t count) const {
     const uintptr_t lo = reinterpret_cast<uintptr_t>(base);
     return base != nullptr && p < lo + span() && p + count > lo;
@@ -136,8 +146,17 @@ struct Allocation {
   const size_t mapped_size; // size rounded up to whole pages
   const size_t file_offset; // where the range starts in the device's file
   char* const base;         // device address (inaccessible view)
+  // Pages mapped into a reservation by emMemMap (vmm.cpp): base lies in the
+  // reservable space, and only emMemUnmap (never emFree) releases them.
+  bool mapped = false;
 };
 using AllocationPtr = std::shared_ptr<Allocation>;
+
+// An address range taken by emMemAddressReserve (vmm.cpp).
+struct Reservation {
+  int device = 0;
+  size_t size = 0;
+};
 
 struct State {
   State();
@@ -152,6 +171,10 @@ struct State {
   // containing an interior pointer is found with upper_bound.
   std::map<uintptr_t, AllocationPtr> allocations;
   std::array<emMemStats, kNumDevices> stats{};
+  // Reservations by base address, and each device's unreserved space (as
+  // offsets from Region::va_base). Guarded by `mutex`.
+  std::map<uintptr_t, Reservation> reservations;
+  std::array<FreeList, kNumDevices> va_free_lists;
 
   // Guards free_lists. Separate from `mutex` because the last reference to an
   // allocation may go anywhere, and ~Allocation must not care which locks its
@@ -171,6 +194,19 @@ inline uintptr_t addr(const void* ptr) {
 // The live allocation that contains all of [p, p + count) (with count == 0:
 // that contains p), or nullptr. Caller holds State::mutex.
 AllocationPtr find_allocation(uintptr_t p, size_t count = 0);
+
+// Mapped pages (vmm.cpp): appends the pieces that together cover
+// [p, p + count) without a gap, or returns false. For copies across pieces
+// mapped by separate emMemMap calls. Caller holds State::mutex.
+bool find_mapped_range(uintptr_t p, size_t count,
+                       std::vector<AllocationPtr>& out);
+// In a forked child: maps the pieces of `device` from its new file `fd`.
+// System calls only.
+bool remap_pieces(const Region& r, int device, int fd);
+// Maps `length` bytes of file `fd` at `file_offset` to device address `at`
+// (a reservation's space) in both views.
+bool map_piece(const Region& r, char* at, size_t length, int fd,
+               size_t file_offset);
 
 // Where the driver itself reads and writes device address p.
 template <typename T>

@@ -43,6 +43,9 @@ namespace {
 // Simulated capacity per device, so tests can provoke OOM deterministically.
 // EMBER_DEVICE_MEMORY_BYTES (read once, at the first driver call) overrides it.
 constexpr size_t kDeviceCapacity = size_t{4} << 30;
+// Reservable address space per device, in capacities: room for a few
+// reservations as large as the device (as CUDA's expandable segments make).
+constexpr size_t kReservableCapacities = 8;
 
 size_t page_size() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -63,7 +66,8 @@ size_t configured_capacity() {
   char* end = nullptr;
   errno = 0;
   const unsigned long long value = std::strtoull(text, &end, 10);
-  // Keep the whole reservation (2 views x 2 devices) far below 2^47 bytes.
+  // Keep the whole reservation (2 views x 2 devices x (1 + 8) capacities)
+  // far below 2^47 bytes.
   constexpr unsigned long long kMax = 1ULL << 40;
   if (text[0] < '0' || text[0] > '9' || errno != 0 || *end != '\0' ||
       value == 0 || value > kMax) {
@@ -110,8 +114,9 @@ namespace {
 Region make_region() {
   Region r;
   r.capacity = configured_capacity();
+  r.va_size = kReservableCapacities * r.capacity;
   r.fds.fill(-1);
-  const size_t views = kNumDevices * r.capacity;
+  const size_t views = kNumDevices * (r.capacity + r.va_size);
   // Reserve both views in one piece, so the offset is the same for every
   // device: the read/write view starts right after the inaccessible one.
   void* base = mmap(nullptr, 2 * views, PROT_NONE,
@@ -146,9 +151,12 @@ bool check_copy_side(const void* ptr, size_t count, bool on_device,
                      std::vector<AllocationPtr>& allocs) {
   if (!on_device) return !state().region.contains(addr(ptr), count);
   AllocationPtr alloc = find_allocation(addr(ptr), count);
-  if (!alloc) return false;
-  allocs.push_back(std::move(alloc));
-  return true;
+  if (alloc) {
+    allocs.push_back(std::move(alloc));
+    return true;
+  }
+  // Mapped pages of a reservation may span pieces of separate emMemMap calls.
+  return find_mapped_range(addr(ptr), count, allocs);
 }
 
 } // namespace
@@ -200,6 +208,9 @@ State::State() : region(make_region()) {
   for (FreeList& list : free_lists) {
     if (region.base != nullptr) list.ranges.emplace(0, region.capacity);
   }
+  for (FreeList& list : va_free_lists) {
+    if (region.base != nullptr) list.ranges.emplace(0, region.va_size);
+  }
 }
 
 State& state() {
@@ -233,13 +244,23 @@ emError_t check_copy(void* dst, const void* src, size_t count,
       count > UINTPTR_MAX - addr(src)) {
     return emErrorInvalidValue;
   }
-  // Look up (may allocate, so inside translate_exceptions).
+  // Look up (may allocate, so inside translate_exceptions). A side that
+  // spans mapped pieces gives several: the first of each side leads (the
+  // callers read allocs[0] and allocs[1]), the others follow.
   return translate_exceptions([&] {
     std::lock_guard<std::mutex> lock(state().mutex);
+    std::vector<AllocationPtr> dst_side, src_side;
     const bool ok =
-        check_copy_side(dst, count, kind != emMemcpyDeviceToHost, allocs) &&
-        check_copy_side(src, count, kind != emMemcpyHostToDevice, allocs);
-    return ok ? emSuccess : emErrorInvalidValue;
+        check_copy_side(dst, count, kind != emMemcpyDeviceToHost, dst_side) &&
+        check_copy_side(src, count, kind != emMemcpyHostToDevice, src_side);
+    if (!ok) return emErrorInvalidValue;
+    for (auto* side : {&dst_side, &src_side}) {
+      if (!side->empty()) allocs.push_back(side->front());
+    }
+    for (auto* side : {&dst_side, &src_side}) {
+      for (size_t i = 1; i < side->size(); ++i) allocs.push_back((*side)[i]);
+    }
+    return emSuccess;
   });
 }
 
@@ -318,6 +339,11 @@ emError_t emFree(void* ptr) {
     std::lock_guard<std::mutex> lock(s.mutex);
     auto it = s.allocations.find(addr(ptr)); // exact base only, not interior
     if (it == s.allocations.end()) return emErrorInvalidValue;
+    if (it->second->mapped) {
+      return fail(emErrorInvalidValue,
+                  "%p is mapped into a reservation: emMemUnmap releases it",
+                  ptr);
+    }
     alloc = std::move(it->second);
     s.allocations.erase(it);
 
@@ -358,7 +384,8 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
   Stream* stream = current_stream_of(device);
   const emError_t ordered = translate_exceptions([&] {
     // In order on the current stream of each device the copy touches.
-    Stream* other = current_stream_of(allocs.back()->device);
+    const bool d2d = kind == emMemcpyDeviceToDevice;
+    Stream* other = current_stream_of(allocs[d2d ? 1 : 0]->device);
     if (kernel_depth == 0) {
       std::unique_lock<std::mutex> lock = lock_scheduler();
       emError_t captured = capture_violation(stream, "emMemcpy");

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   test_fork_with_streams();
   test_stream_trace_events();
   test_graphs();
+  test_vmm();
   for (int d = 0; d < 2; ++d) {
     CHECK(stats_of(d).live_allocations == 0); // nothing leaked
   }

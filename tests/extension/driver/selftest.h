@@ -91,6 +91,8 @@ void test_bad_free_and_oom();
 void test_free_returns_memory();
 void test_capacity(size_t capacity);
 void test_fork();
+// vmm_tests.cpp
+void test_vmm();
 // launch_tests.cpp
 void test_kernel_launch();
 void test_free_while_kernel_runs();
