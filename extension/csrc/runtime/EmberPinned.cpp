@@ -1,14 +1,17 @@
 // Pinned host memory: what Tensor.pin_memory() and torch.empty(...,
 // pin_memory=True) allocate for ember, plugged into the hooks' slot.
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
-#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "runtime/EmberCheck.h"
@@ -17,7 +20,7 @@
 #include "driver/ember_driver.h"
 
 // ember-book: begin pinned_memory
-#include <ATen/core/CachingHostAllocator.h> // at::HostAllocator
+#include <ATen/core/CachingHostAllocator.h> // at::CachingHostAllocatorImpl
 #include <sys/mman.h> // mmap, munmap
 
 #include "runtime/EmberHooks.h" // the slots: PlugPinnedMemory
@@ -26,169 +29,155 @@ namespace ember {
 
 // A real device copies asynchronously only from page-locked host memory:
 // the bytes must stay where they are until the copy runs, after the call
-// returned. The simulated driver can copy any host memory, so "pinned" is
-// this allocator's promise: a block is not returned to the OS while a copy
-// queued on a stream still reads or writes it.
-struct PinnedBlock {
-  void* data;
-  size_t size;
-  std::vector<emSyncEvent_t> uses; // recorded after each queued copy
-};
+// returned. Page-locking is slow (every page is faulted in and locked), so
+// PyTorch's CachingHostAllocatorImpl keeps freed blocks for reuse. We give
+// it ember's streams and events, and the memory: resident pages
+// (MAP_POPULATE faults them all in, the cost a page-locking call pays).
 
-// Tensor.is_pinned() asks about any host pointer, also one inside a block.
-// Leaked on purpose: tensors may be freed after this library's statics.
+// Which host ranges are pinned blocks (cached ones too): is_pinned() asks
+// about any pointer, also one inside a block. Leaked on purpose: tensors
+// may be freed after this library's statics.
 std::mutex& pinnedMutex() {
   static auto* mutex = new std::mutex;
   return *mutex;
 }
-std::map<uintptr_t, PinnedBlock*>& pinnedBlocks() {
-  static auto* blocks = new std::map<uintptr_t, PinnedBlock*>;
-  return *blocks;
-}
-at::HostStats& pinnedStats() { // with pinnedMutex() held
-  static auto* stats = new at::HostStats;
-  return *stats;
+std::map<uintptr_t, size_t>& pinnedRanges() { // start -> size
+  static auto* ranges = new std::map<uintptr_t, size_t>;
+  return *ranges;
 }
 
-PinnedBlock* findPinned(const void* ptr) { // with pinnedMutex() held
+// The start of the block holding `ptr`, or 0.
+uintptr_t pinnedStart(const void* ptr) {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  auto it = pinnedBlocks().upper_bound(address);
-  if (it == pinnedBlocks().begin()) {
-    return nullptr;
+  std::lock_guard<std::mutex> lock(pinnedMutex());
+  auto it = pinnedRanges().upper_bound(address);
+  if (it == pinnedRanges().begin()) {
+    return 0;
   }
   --it;
-  return address < it->first + it->second->size ? it->second : nullptr;
+  return address < it->first + it->second ? it->first : 0;
 }
 
 bool isPinnedPtr(const void* ptr) {
-  std::lock_guard<std::mutex> lock(pinnedMutex());
-  return findPinned(ptr) != nullptr;
+  return pinnedStart(ptr) != 0;
 }
 
-// A non_blocking copy queued on (device, stream) uses the block holding
-// `ptr`: remember an event recorded after it. Events of copies that have
-// finished are dropped, so a block reused for many copies keeps few.
-void recordPinnedUse(const void* ptr, int device, emStream_t stream) {
-  emSyncEvent_t event = 0;
-  EMBER_CHECK(emSyncEventCreate(device, &event, emSyncEventDisableTiming));
-  EMBER_CHECK(emSyncEventRecord(event, device, stream));
-  std::lock_guard<std::mutex> lock(pinnedMutex());
-  PinnedBlock* block = findPinned(ptr);
-  TORCH_INTERNAL_ASSERT(block != nullptr, "ember: not pinned memory");
-  std::vector<emSyncEvent_t> pending{event};
-  for (const emSyncEvent_t use : block->uses) {
-    int done = 1;
-    if (emSyncEventQuery(use, &done) == emSuccess && done == 0) {
-      pending.push_back(use);
-    } else {
-      (void)emSyncEventDestroy(use);
+// An ember sync event recorded on a stream that used a freed block: the
+// block is reused once every such event has completed.
+class PinnedEvent {
+ public:
+  explicit PinnedEvent(c10::Stream stream) {
+    const int device = stream.device_index();
+    EMBER_CHECK(emSyncEventCreate(device, &event_, emSyncEventDisableTiming));
+    EMBER_CHECK(emSyncEventRecord(event_, device, stream.id()));
+  }
+  PinnedEvent(PinnedEvent&& other) noexcept
+      : event_(std::exchange(other.event_, 0)) {}
+  PinnedEvent& operator=(PinnedEvent&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~PinnedEvent() {
+    if (event_ != 0) {
+      (void)emSyncEventDestroy(event_);
     }
   }
-  block->uses = std::move(pending);
-}
-
-// The deleter: wait for the copies still queued, then unmap. Never throws.
-void freePinned(void* context) {
-  auto* block = static_cast<PinnedBlock*>(context);
-  {
-    std::lock_guard<std::mutex> lock(pinnedMutex());
-    pinnedBlocks().erase(reinterpret_cast<uintptr_t>(block->data));
-    at::HostStats& stats = pinnedStats();
-    stats.active_requests.decrease(1);
-    stats.active_bytes.decrease(block->size);
-    stats.allocations.decrease(1);
-    stats.allocated_bytes.decrease(block->size);
-    stats.num_host_free += 1;
-  }
-  for (const emSyncEvent_t use : block->uses) {
-    (void)emSyncEventSynchronize(use);
-    (void)emSyncEventDestroy(use);
-  }
-  munmap(block->data, block->size);
-  delete block;
-}
-
-// Registered as PrivateUse1's host allocator (at::getHostAllocator), which
-// PyTorch's generic code asks for pinned memory, stream uses and stats. It
-// caches nothing: a freed block goes back to the OS once its copies finish.
-struct PinnedAllocator final : public at::HostAllocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    if (nbytes == 0) {
-      return {nullptr, c10::Device(c10::DeviceType::CPU)};
-    }
-    // Whole pages of their own, so that no other allocation shares them.
-    void* data = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
-                     "ember: cannot allocate ", nbytes,
-                     " bytes of pinned host memory");
-    auto* block = new PinnedBlock{data, nbytes, {}};
-    {
-      std::lock_guard<std::mutex> lock(pinnedMutex());
-      pinnedBlocks()[reinterpret_cast<uintptr_t>(data)] = block;
-      at::HostStats& stats = pinnedStats();
-      stats.active_requests.increase(1);
-      stats.active_bytes.increase(nbytes);
-      stats.allocations.increase(1);
-      stats.allocated_bytes.increase(nbytes);
-      stats.num_host_alloc += 1;
-    }
-    // A CPU tensor's memory: the host reads it directly.
-    return {data, block, &freePinned, c10::Device(c10::DeviceType::CPU)};
+  bool done() const {
+    int done = 0;
+    EMBER_CHECK(emSyncEventQuery(event_, &done));
+    return done != 0;
   }
 
+ private:
+  emSyncEvent_t event_ = 0;
+};
+
+// The cache itself is PyTorch's: free lists by power-of-two size, the
+// streams each block was used on, events recorded on them when it is freed.
+// We supply the runtime calls it leaves to the backend.
+struct PinnedCache final
+    : at::CachingHostAllocatorImpl<c10::Stream, PinnedEvent> {
   void copy_data(void* dest, const void* src, size_t count) const override {
     std::memcpy(dest, src, count);
   }
 
-  // "This block is used by work queued on `stream`": it is not unmapped
-  // before that work has finished (our copy_ kernel records its own uses).
-  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
-    if (ctx == nullptr || stream.device_type() != c10::DeviceType::PrivateUse1) {
-      return false;
-    }
-    recordPinnedUse(ptr, stream.device_index(), stream.id());
-    return true;
-  }
-
-  void empty_cache() override {} // nothing is cached
-
-  at::HostStats get_stats() override {
-    std::lock_guard<std::mutex> lock(pinnedMutex());
-    return pinnedStats();
-  }
-  void reset_accumulated_stats() override {
-    std::lock_guard<std::mutex> lock(pinnedMutex());
-    for (c10::CachingAllocator::Stat* stat : counters(pinnedStats())) {
-      stat->reset_accumulated();
-    }
-    pinnedStats().num_host_alloc = pinnedStats().num_host_free = 0;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(pinnedMutex());
-    for (c10::CachingAllocator::Stat* stat : counters(pinnedStats())) {
-      stat->reset_peak();
-    }
-  }
-
  private:
-  static std::array<c10::CachingAllocator::Stat*, 4> counters(at::HostStats& s) {
-    return {&s.active_requests, &s.active_bytes, &s.allocations,
-            &s.allocated_bytes};
+  void allocate_host_memory(size_t size, void** ptr) override {
+    const auto start = std::chrono::steady_clock::now();
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
+                     "ember: cannot allocate ", size,
+                     " bytes of pinned host memory");
+    timed(stats_.host_alloc_time, start);
+    std::lock_guard<std::mutex> lock(pinnedMutex());
+    pinnedRanges()[reinterpret_cast<uintptr_t>(data)] = size;
+    *ptr = data;
+  }
+
+  void free_block(at::HostBlock<c10::Stream>* block) override {
+    const auto start = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(pinnedMutex());
+      pinnedRanges().erase(reinterpret_cast<uintptr_t>(block->ptr_));
+    }
+    munmap(block->ptr_, block->size_);
+    timed(stats_.host_free_time, start);
+  }
+
+  // A freed block was used on `stream`: an event marks where its use ends.
+  void record_stream(std::optional<std::vector<PinnedEvent>>& events,
+                     c10::Stream stream) override {
+    events->emplace_back(stream);
+  }
+
+  bool query_event(PinnedEvent& event) override {
+    return event.done();
+  }
+
+  // host_alloc_time, host_free_time: microseconds, as CUDA's.
+  void timed(at::DurationStat& stat,
+             std::chrono::steady_clock::time_point start) {
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    std::lock_guard<std::mutex> lock(stats_.timing_mutex_);
+    stat.increase(
+        std::chrono::duration_cast<std::chrono::microseconds>(elapsed)
+            .count());
   }
 };
 
+void freePinned(void* block);
+using PinnedAllocator =
+    at::CachingHostAllocatorInterface<PinnedCache, &freePinned>;
+
+// Leaked on purpose: pinned tensors may be freed after this library's
+// statics, and their deleter comes here.
 PinnedAllocator& thePinnedAllocator() {
-  static PinnedAllocator allocator;
-  return allocator;
+  static auto* allocator = new PinnedAllocator;
+  return *allocator;
+}
+void freePinned(void* block) {
+  thePinnedAllocator().free(block);
 }
 c10::Allocator* pinnedAllocator() {
   return &thePinnedAllocator();
 }
 
-// PrivateUse1's host allocator while this library is loaded. The registry
-// keeps a plain pointer, so unloading clears it rather than leave it
-// dangling (getHostAllocator then says none is registered).
+// A non_blocking copy queued on (device, stream) uses the block holding
+// `ptr` (maybe inside it): the block is not reused before that copy ends.
+void recordPinnedUse(const void* ptr, int device, emStream_t stream) {
+  const uintptr_t start = pinnedStart(ptr);
+  TORCH_INTERNAL_ASSERT(start != 0, "ember: not pinned memory");
+  const c10::Stream used(c10::Stream::UNSAFE,
+                         c10::Device(c10::DeviceType::PrivateUse1, device),
+                         stream);
+  thePinnedAllocator().record_event(reinterpret_cast<void*>(start),
+                                    nullptr, used);
+}
+
+// PrivateUse1's host allocator while this library is loaded: what
+// torch.accelerator.empty_host_cache() empties. The registry keeps a plain
+// pointer, so unloading clears it rather than leave it dangling.
 struct HostAllocatorSlot {
   HostAllocatorSlot() {
     at::setHostAllocator(c10::DeviceType::PrivateUse1, &thePinnedAllocator());

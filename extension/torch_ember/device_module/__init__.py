@@ -11,6 +11,7 @@ modules of those names hold): one module per subject, each re-exported here.
 | --- | --- | --- |
 | `devices` | count, current device, synchronize, the `device` context | 01 |
 | `memory` | what the allocator holds (driver counters, then the device cache) | 01, 11 |
+| `host_memory` | the pinned host allocator's statistics and cache | 16 |
 | `mixed_precision` | the dtypes `torch.autocast` may use | 09 |
 | `random` | the default generators: seeds and states | 10 |
 | `streams` | `Stream`, `Event` and the current stream | 11 |
@@ -24,6 +25,7 @@ relatively), so the book loads this package by path without the compiled backend
 from __future__ import annotations
 
 from . import devices as devices
+from . import host_memory as host_memory
 from . import memory as memory
 from . import mixed_precision as mixed_precision
 from . import random as random
@@ -41,6 +43,13 @@ from .devices import (
     is_initialized,
     set_device,
     synchronize,
+)
+from .host_memory import empty_host_cache as empty_host_cache
+from .host_memory import (
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
 )
 from .memory import driver_memory_stats as driver_memory_stats
 from .memory import (
@@ -83,9 +92,9 @@ from .streams import (
 )
 from .streams import _sleep as _sleep
 
-# torch.cuda's names only. Ember's own (attach, driver_memory_stats, default_generator,
-# the storage formats) and what PyTorch asks for (_is_in_bad_fork) are imported as
-# `name as name`: public, but not listed.
+# torch.cuda's names only. Ember's own (attach, driver_memory_stats, empty_host_cache,
+# default_generator, the storage formats) and what PyTorch asks for (_is_in_bad_fork) are
+# imported as `name as name`: public, but not listed.
 __all__ = [
     "Event",
     "Stream",
@@ -100,6 +109,8 @@ __all__ = [
     "get_amp_supported_dtype",
     "get_rng_state",
     "get_rng_state_all",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "init",
     "initial_seed",
     "is_available",
@@ -114,7 +125,9 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
+    "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
