@@ -7,13 +7,17 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "runtime/EmberAllocatorSettings.h"
 #include "runtime/EmberCheck.h"
+#include "runtime/EmberExpandableSegment.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin device_cache
@@ -56,6 +60,8 @@ struct Block {
   // recorded on each; the block is reused only when all have completed.
   std::set<std::pair<int, emStream_t>> stream_uses;
   int pending_events = 0;
+  ExpandableSegment* segment = nullptr; // the expandable one it lies in
+  uint64_t freed_at = 0; // when last cached: its age for garbage collection
 };
 
 // Free blocks are found by (stream, size): the smallest block of the same
@@ -73,6 +79,8 @@ struct DeviceCache {
   FreeBlocks small_free, large_free;
   std::vector<std::pair<emSyncEvent_t, Block*>> pending; // record_stream
   DeviceStats stats;
+  // expandable_segments: the large blocks of each stream, in one segment.
+  std::map<emStream_t, std::unique_ptr<ExpandableSegment>> expandable;
 };
 
 // Stats are kept for all blocks and for the pool the block belongs to.
@@ -86,6 +94,14 @@ void updateStat(StatArray& stat, bool small, int64_t amount) {
 
 class Cache {
  public:
+  // PYTORCH_ALLOC_CONF is read once, when the cache is first used.
+  Cache() : settings_(readAllocatorSettings()) {
+    for (DeviceCache& cache : devices_) {
+      cache.stats.max_split_size =
+          static_cast<int64_t>(settings_.max_split_size);
+    }
+  }
+
   // Returns a block of at least `nbytes` on (device, stream), or nullptr if
   // the driver has no room even after the cache gave back what it holds.
   Block* malloc(size_t nbytes, int device, emStream_t stream) {
@@ -102,7 +118,8 @@ class Cache {
     FreeBlocks& pool = small ? cache.small_free : cache.large_free;
     Block* block = nullptr;
     auto it = pool.lower_bound(&key);
-    if (it != pool.end() && (*it)->stream == stream) {
+    if (it != pool.end() && (*it)->stream == stream &&
+        (small || settings_.cachedBlockServes((*it)->size, size))) {
       block = *it; // a hit: no driver call
       eraseFree(cache, block);
     } else {
@@ -120,6 +137,9 @@ class Cache {
     updateStat(cache.stats.active, small, 1);
     updateStat(cache.stats.active_bytes, small, block->size);
     updateStat(cache.stats.requested_bytes, small, nbytes);
+    if (settings_.isOversize(block->size)) {
+      cache.stats.oversize_allocations.increase(1);
+    }
     return block;
   }
 
@@ -138,6 +158,9 @@ class Cache {
     updateStat(cache.stats.allocated_bytes, block->small, -int64_t(block->size));
     updateStat(cache.stats.requested_bytes, block->small,
                -int64_t(block->requested));
+    if (settings_.isOversize(block->size)) {
+      cache.stats.oversize_allocations.decrease(1);
+    }
     if (!block->stream_uses.empty()) {
       // Another stream may still have work queued on this memory: mark the
       // point it has reached, and keep the block until it gets there.
@@ -241,6 +264,12 @@ class Cache {
     const size_t bytes = small
         ? kSegmentRound
         : (size + kSegmentRound - 1) / kSegmentRound * kSegmentRound;
+    if (auto* segment = expandableFor(cache, device, stream, small)) {
+      return growExpandable(cache, *segment, stream, size);
+    }
+    if (settings_.garbage_collection_threshold > 0) {
+      collectGarbage(cache, device, bytes);
+    }
     void* ptr = nullptr;
     emError_t error = emMalloc(&ptr, bytes);
     if (error == emErrorMemoryAllocation) {
@@ -255,17 +284,27 @@ class Cache {
     ++cache.stats.num_device_alloc;
     updateStat(cache.stats.segment, small, 1);
     updateStat(cache.stats.reserved_bytes, small, bytes);
+    if (settings_.isOversize(bytes)) {
+      cache.stats.oversize_segments.increase(1);
+    }
     return newBlock(Block{device, stream, small, bytes, 0, static_cast<char*>(ptr)});
   }
 
   // Cuts `size` bytes off the front of a free block; the rest stays cached.
   Block* split(DeviceCache& cache, Block* block, size_t size) {
     const size_t rest = block->size - size;
-    if (block->small ? rest < kBlockRound : rest <= kMinLargeRemainder) {
+    const bool whole = block->small
+        ? rest < kBlockRound
+        : rest <= kMinLargeRemainder || settings_.isOversize(size);
+    if (whole) {
       return block; // too little to keep apart: the block is used whole
     }
     Block* remainder = newBlock(Block{block->device, block->stream, block->small,
                                       rest, 0, block->ptr + size});
+    remainder->segment = block->segment;
+    if (block->segment != nullptr && block->segment->last_block == block) {
+      block->segment->last_block = remainder;
+    }
     remainder->prev = block;
     remainder->next = block->next;
     if (block->next != nullptr) {
@@ -294,6 +333,10 @@ class Cache {
           block->prev->next = block;
         }
       } else {
+        if (block->segment != nullptr &&
+            block->segment->last_block == neighbour) {
+          block->segment->last_block = block;
+        }
         block->next = neighbour->next;
         if (block->next != nullptr) {
           block->next->prev = block;
@@ -309,6 +352,7 @@ class Cache {
   // cached, but not returnable to the driver on its own.
   void insertFree(DeviceCache& cache, Block* block) {
     (block->small ? cache.small_free : cache.large_free).insert(block);
+    block->freed_at = ++free_clock_;
     if (block->prev != nullptr || block->next != nullptr) {
       updateStat(cache.stats.inactive_split, block->small, 1);
       updateStat(cache.stats.inactive_split_bytes, block->small, block->size);
@@ -345,23 +389,168 @@ class Cache {
     }
   }
 
-  // Every whole free segment goes back to the driver.
-  void releaseSegments(DeviceCache& cache) {
+  // Every whole free segment goes back to the driver (only those cached
+  // before `freed_before`, for garbage collection), and the free ends of
+  // expandable segments are unmapped.
+  void releaseSegments(DeviceCache& cache,
+                       uint64_t freed_before = UINT64_MAX) {
     for (FreeBlocks* pool : {&cache.small_free, &cache.large_free}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* block = *it;
-        if (block->prev != nullptr || block->next != nullptr) {
+        if (block->prev != nullptr || block->next != nullptr ||
+            block->segment != nullptr || block->freed_at >= freed_before) {
           ++it;
           continue;
         }
         it = pool->erase(it);
         (void)emFree(block->ptr);
         ++cache.stats.num_device_free;
+        if (settings_.isOversize(block->size)) {
+          cache.stats.oversize_segments.decrease(1);
+        }
         updateStat(cache.stats.segment, block->small, -1);
         updateStat(cache.stats.reserved_bytes, block->small,
                    -int64_t(block->size));
         deleteBlock(block);
       }
+    }
+    shrinkExpandable(cache);
+  }
+
+  // expandable_segments: the stream's segment (reserved on first use, as
+  // large as the device), or nullptr for small blocks, when disabled, or
+  // when the driver has no address space left (then: plain segments).
+  ExpandableSegment* expandableFor(DeviceCache& cache, int device,
+                                   emStream_t stream, bool small) {
+    if (small || !settings_.expandable_segments) {
+      return nullptr;
+    }
+    auto& segment = cache.expandable[stream];
+    if (segment == nullptr) {
+      size_t free = 0, total = 0;
+      EMBER_CHECK(emMemGetInfo(device, &free, &total));
+      segment = std::make_unique<ExpandableSegment>(device, total);
+    }
+    return segment->valid() ? segment.get() : nullptr;
+  }
+
+  // Grows the segment at its end by whole chunks, enough for `size` bytes
+  // together with its last block if that is free. Returns that block,
+  // grown (out of the free pool), or a new last block; nullptr if the
+  // device is full even after the cache gave back what it holds.
+  Block* growExpandable(DeviceCache& cache, ExpandableSegment& segment,
+                        emStream_t stream, size_t size) {
+    constexpr size_t kChunk = ExpandableSegment::kChunk;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto* last = static_cast<Block*>(segment.last_block);
+      const bool extend =
+          last != nullptr && !last->allocated && last->pending_events == 0;
+      const size_t have = extend ? last->size : 0;
+      const size_t need = size > have ? size - have : 0;
+      const size_t grow = (need + kChunk - 1) / kChunk * kChunk;
+      const bool was_empty = segment.mapped() == 0;
+      char* at = segment.end();
+      if (!segment.grow(grow)) {
+        if (attempt == 0) {
+          ++cache.stats.num_alloc_retries;
+          releaseSegments(cache);
+        }
+        continue;
+      }
+      ++cache.stats.num_device_alloc;
+      if (was_empty) {
+        updateStat(cache.stats.segment, false, 1);
+      }
+      updateStat(cache.stats.reserved_bytes, false, grow);
+      if (extend) {
+        eraseFree(cache, last);
+        last->size += grow;
+        return last;
+      }
+      Block* block =
+          newBlock(Block{segment.device(), stream, false, grow, 0, at});
+      block->segment = &segment;
+      block->prev = last;
+      if (last != nullptr) {
+        last->next = block;
+      }
+      segment.last_block = block;
+      return block;
+    }
+    return nullptr;
+  }
+
+  // Unmaps the free whole chunks at the end of every expandable segment.
+  void shrinkExpandable(DeviceCache& cache) {
+    constexpr size_t kChunk = ExpandableSegment::kChunk;
+    for (auto& [stream, segment] : cache.expandable) {
+      auto* last = static_cast<Block*>(segment->last_block);
+      if (last == nullptr || last->allocated || last->pending_events > 0) {
+        continue;
+      }
+      // The segment's end is chunk-aligned: keep up to a chunk boundary.
+      const size_t offset = last->ptr - segment->base();
+      const size_t keep = (offset + kChunk - 1) / kChunk * kChunk - offset;
+      if (keep >= last->size) {
+        continue;
+      }
+      const size_t bytes = last->size - keep;
+      segment->shrink(bytes); // first: it may throw
+      eraseFree(cache, last);
+      ++cache.stats.num_device_free;
+      updateStat(cache.stats.reserved_bytes, false, -int64_t(bytes));
+      if (segment->mapped() == 0) {
+        updateStat(cache.stats.segment, false, -1);
+      }
+      if (keep > 0) {
+        last->size = keep;
+        insertFree(cache, last);
+        continue;
+      }
+      segment->last_block = last->prev;
+      if (last->prev != nullptr) {
+        last->prev->next = nullptr;
+      }
+      deleteBlock(last);
+    }
+  }
+
+  // garbage_collection_threshold (CUDA's rule, simplified): when reserving
+  // `bytes` more would take the cache past that fraction of the device's
+  // capacity, whole free segments go back to the driver first, those
+  // cached longest ago first, until it would not (or none is left).
+  void collectGarbage(DeviceCache& cache, int device, size_t bytes) {
+    size_t free = 0, total = 0;
+    EMBER_CHECK(emMemGetInfo(device, &free, &total));
+    const auto limit = static_cast<size_t>(
+        settings_.garbage_collection_threshold * static_cast<double>(total));
+    const auto all = static_cast<size_t>(StatType::AGGREGATE);
+    size_t reserved = cache.stats.reserved_bytes[all].current;
+    if (reserved + bytes <= limit) {
+      return;
+    }
+    std::vector<const Block*> whole;
+    for (const FreeBlocks* pool : {&cache.small_free, &cache.large_free}) {
+      for (const Block* block : *pool) {
+        if (block->prev == nullptr && block->next == nullptr &&
+            block->segment == nullptr) {
+          whole.push_back(block);
+        }
+      }
+    }
+    std::sort(whole.begin(), whole.end(), [](const Block* a, const Block* b) {
+      return a->freed_at < b->freed_at;
+    });
+    uint64_t freed_before = 0; // release those cached before this
+    for (const Block* block : whole) {
+      if (reserved + bytes <= limit) {
+        break;
+      }
+      reserved -= block->size;
+      freed_before = block->freed_at + 1;
+    }
+    if (freed_before > 0) {
+      releaseSegments(cache, freed_before);
     }
   }
 
@@ -385,6 +574,8 @@ class Cache {
   std::array<DeviceCache, kMaxDevices> devices_;
   ska::flat_hash_map<void*, Block*> active_; // allocated blocks by address
   std::vector<Block*> spare_;
+  const AllocatorSettings settings_;
+  uint64_t free_clock_ = 0; // counts insertFree calls: blocks' ages
 };
 
 // Leaked on purpose: tensors may be freed after this library's statics.
