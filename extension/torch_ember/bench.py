@@ -54,6 +54,10 @@ ember tensors (``c10::GetAllocator``), both timed in C++ (target >= 10).
 ``cached_alloc_used_speedup``: the same with a kernel writing every page of the block before it
 is freed: the driver returns freed pages to the OS, so fresh driver memory faults them in again,
 while a cached block keeps them.
+``pinned_cached_alloc_speedup``: 1 MiB of pinned host memory, allocated and freed
+(``torch.empty(2**18, pin_memory=True)``, then dropped), without the host cache
+(``torch.ember.empty_host_cache()`` after each free, so every allocation maps and populates
+fresh pages) over with it (a freed block is reused), timed from Python (target >= 10).
 
 Counts: ``fallback_calls_mlp_step``, ``fallback_calls_cnn_step``: the calls that reach the
 CPU fallback during one training step (after warm-up). The count comes from a check
@@ -92,6 +96,8 @@ COPY_BYTES = 64 << 20
 ALLOC_BYTES = 1 << 20
 ALLOC_PAIRS = 200  # allocate+free pairs per timed block
 ALLOC_PAIRS_USED = 20  # the same, writing the memory in between (a fresh driver block costs ~1 ms)
+PINNED_FLOATS = 1 << 18  # 1 MiB of float32, pinned
+PINNED_PAIRS = 20  # pinned allocate+free pairs per timed block (an uncached pair costs ~0.3 ms)
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,7 @@ TARGETS: dict[str, Target] = {
     "h2d_vs_memcpy": Target(0.8, at_most=False),
     "d2h_vs_memcpy": Target(0.8, at_most=False),
     "cached_alloc_speedup": Target(10.0, at_most=False),
+    "pinned_cached_alloc_speedup": Target(10.0, at_most=False),
     "mlp_step_vs_cpu": Target(1.5, at_most=True),
     "cnn_step_vs_cpu": Target(1.5, at_most=True),
     "fallback_calls_mlp_step": Target(0, at_most=True),
@@ -130,6 +137,7 @@ STABLE_KEYS = (
     "h2d_vs_memcpy",
     "d2h_vs_memcpy",
     "cached_alloc_speedup",
+    "pinned_cached_alloc_speedup",
     "mlp_step_vs_cpu",
     "cnn_step_vs_cpu",
     "fallback_calls_mlp_step",
@@ -305,6 +313,29 @@ def _measure_allocator(repeat: int, results: dict[str, float]) -> None:
         results[f"alloc_free{suffix}_driver_us"] = median_us(raw_blocks)
 
 
+def _pinned_alloc_free_seconds(cached: bool) -> float:
+    """Seconds per 1 MiB pinned allocate+free pair; without the cache if not `cached`."""
+    start = time.perf_counter()
+    for _ in range(PINNED_PAIRS):
+        torch.empty(PINNED_FLOATS, pin_memory=True)  # freed at once: back to the cache
+        if not cached:
+            torch_ember.device_module.empty_host_cache()  # ... and from there to the OS
+    return (time.perf_counter() - start) / PINNED_PAIRS
+
+
+def _measure_pinned(repeat: int, results: dict[str, float]) -> None:
+    # In blocks of pairs, not call by call: an uncached pair empties the cache the cached pairs use.
+    cached_blocks: list[float] = []
+    uncached_blocks: list[float] = []
+    for _ in range(max(5, repeat // 10)):
+        torch.empty(PINNED_FLOATS, pin_memory=True)  # the cache holds one block again
+        cached_blocks.append(_pinned_alloc_free_seconds(cached=True))
+        uncached_blocks.append(_pinned_alloc_free_seconds(cached=False))
+    results["pinned_cached_alloc_speedup"] = ratio(uncached_blocks, cached_blocks)
+    results["pinned_alloc_free_cached_us"] = median_us(cached_blocks)
+    results["pinned_alloc_free_uncached_us"] = median_us(uncached_blocks)
+
+
 # -- Training steps ---------------------------------------------------------------------------
 
 
@@ -461,6 +492,7 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_add(repeat, results)
     _measure_copies(repeat, results)
     _measure_allocator(repeat, results)
+    _measure_pinned(repeat, results)
     _measure_steps(repeat, results, fallback_ops if fallback_ops is not None else {})
     _measure_compiled(repeat, results)
     _measure_graph(repeat, results)
@@ -482,6 +514,7 @@ ROWS = [
     ("64 MiB ember -> pinned (memcpy = 1)", "d2h_vs_memcpy"),
     ("1 MiB alloc+free: driver / allocator", "cached_alloc_speedup"),
     ("1 MiB alloc+write+free: driver / allocator", "cached_alloc_used_speedup"),
+    ("1 MiB pinned alloc+free: no cache / cache", "pinned_cached_alloc_speedup"),
     ("MLP training step (ember / CPU)", "mlp_step_vs_cpu"),
     ("CNN training step (ember / CPU)", "cnn_step_vs_cpu"),
     ("MLP step: calls to the CPU fallback", "fallback_calls_mlp_step"),
