@@ -214,21 +214,31 @@ def test_garbage_collection_threshold_releases_cached_segments_first() -> None:
 
 
 ALLOCATE = "import torch, torch_ember\ntorch.empty(1, device='ember')\n"
+MALFORMED = {
+    "max_split_size_mb:abc": "a value is not a number",
+    "max_split_size_mb:5": "max_split_size_mb too small, must be >= 20",
+    "expandable_segments:maybe": "Expected 'True' or 'False'",
+    "expandable_segment:True": "Unrecognized key 'expandable_segment'",
+}
 
 
-@pytest.mark.parametrize(
-    ("setting", "reason"),
-    [
-        ("max_split_size_mb:abc", "a value is not a number"),
-        ("max_split_size_mb:5", "max_split_size_mb too small, must be >= 20"),
-        ("expandable_segments:maybe", "Expected 'True' or 'False'"),
-        ("expandable_segment:True", "Unrecognized key 'expandable_segment'"),
-    ],
-)
+@cache
+def malformed_children() -> dict[str, subprocess.CompletedProcess[str]]:
+    with ThreadPoolExecutor(max_workers=len(MALFORMED)) as pool:
+        runs = [
+            pool.submit(run_child, {"PYTORCH_ALLOC_CONF": setting}, ALLOCATE)
+            for setting in MALFORMED
+        ]
+        return {
+            setting: run.result() for setting, run in zip(MALFORMED, runs, strict=True)
+        }
+
+
+@pytest.mark.parametrize(("setting", "reason"), MALFORMED.items())
 def test_a_malformed_setting_is_pytorchs_error_at_the_first_allocation(
     setting: str, reason: str
 ) -> None:
-    child = run_child({"PYTORCH_ALLOC_CONF": setting}, ALLOCATE)
+    child = malformed_children()[setting]
     assert child.returncode != 0
     last = child.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError: ember: cannot use "), child.stderr[-2000:]
