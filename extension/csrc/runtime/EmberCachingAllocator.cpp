@@ -18,6 +18,7 @@
 #include "runtime/EmberAllocatorSettings.h"
 #include "runtime/EmberCheck.h"
 #include "runtime/EmberExpandableSegment.h"
+#include "runtime/EmberMemoryHistory.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin device_cache
@@ -107,6 +108,7 @@ class Cache {
   Block* malloc(size_t nbytes, int device, emStream_t stream) {
     TORCH_CHECK(device >= 0 && device < kMaxDevices, "ember: device ", device,
                 " is beyond the device cache's ", kMaxDevices, " devices");
+    MemoryContext context(/*alloc=*/true); // before the lock (history)
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceCache& cache = devices_[device];
     if (!cache.pending.empty()) {
@@ -125,6 +127,8 @@ class Cache {
     } else {
       block = newSegment(cache, device, stream, small, size);
       if (block == nullptr) {
+        memoryEvent(MemoryAction::OOM, device, nullptr, nbytes, stream,
+                    cache.stats);
         return nullptr;
       }
     }
@@ -140,11 +144,14 @@ class Cache {
     if (settings_.isOversize(block->size)) {
       cache.stats.oversize_allocations.increase(1);
     }
+    memoryEvent(MemoryAction::ALLOC, device, block->ptr, block->size, stream,
+                cache.stats);
     return block;
   }
 
   // The deleter's half: must not throw.
   void free(void* ptr) noexcept {
+    MemoryContext context(/*alloc=*/false);
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = active_.find(ptr);
     if (it == active_.end()) {
@@ -161,6 +168,8 @@ class Cache {
     if (settings_.isOversize(block->size)) {
       cache.stats.oversize_allocations.decrease(1);
     }
+    memoryEvent(MemoryAction::FREE_REQUESTED, block->device, block->ptr,
+                block->size, block->stream, cache.stats);
     if (!block->stream_uses.empty()) {
       // Another stream may still have work queued on this memory: mark the
       // point it has reached, and keep the block until it gets there.
@@ -202,6 +211,7 @@ class Cache {
   // Gives every cached segment that is wholly free back to the driver, after
   // waiting for the record_stream events still pending.
   void emptyCache() {
+    MemoryContext context(/*alloc=*/false);
     std::lock_guard<std::mutex> lock(mutex_);
     for (DeviceCache& cache : devices_) {
       for (const auto& [event, block] : cache.pending) {
@@ -287,6 +297,8 @@ class Cache {
     if (settings_.isOversize(bytes)) {
       cache.stats.oversize_segments.increase(1);
     }
+    memoryEvent(MemoryAction::SEGMENT_ALLOC, device, ptr, bytes, stream,
+                cache.stats);
     return newBlock(Block{device, stream, small, bytes, 0, static_cast<char*>(ptr)});
   }
 
@@ -320,6 +332,8 @@ class Cache {
   void release(DeviceCache& cache, Block* block) {
     updateStat(cache.stats.active, block->small, -1);
     updateStat(cache.stats.active_bytes, block->small, -int64_t(block->size));
+    memoryEvent(MemoryAction::FREE_COMPLETED, block->device, block->ptr,
+                block->size, block->stream, cache.stats);
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || neighbour->allocated ||
           neighbour->pending_events > 0) {
@@ -411,6 +425,8 @@ class Cache {
         updateStat(cache.stats.segment, block->small, -1);
         updateStat(cache.stats.reserved_bytes, block->small,
                    -int64_t(block->size));
+        memoryEvent(MemoryAction::SEGMENT_FREE, block->device, block->ptr,
+                    block->size, block->stream, cache.stats);
         deleteBlock(block);
       }
     }
@@ -462,6 +478,8 @@ class Cache {
         updateStat(cache.stats.segment, false, 1);
       }
       updateStat(cache.stats.reserved_bytes, false, grow);
+      memoryEvent(MemoryAction::SEGMENT_MAP, segment.device(), at, grow,
+                  stream, cache.stats);
       if (extend) {
         eraseFree(cache, last);
         last->size += grow;
@@ -495,10 +513,14 @@ class Cache {
         continue;
       }
       const size_t bytes = last->size - keep;
-      segment->shrink(bytes); // first: it may throw
+      if (!segment->shrink(bytes)) { // first: it may throw
+        continue;
+      }
       eraseFree(cache, last);
       ++cache.stats.num_device_free;
       updateStat(cache.stats.reserved_bytes, false, -int64_t(bytes));
+      memoryEvent(MemoryAction::SEGMENT_UNMAP, segment->device(),
+                  segment->end(), bytes, stream, cache.stats);
       if (segment->mapped() == 0) {
         updateStat(cache.stats.segment, false, -1);
       }
@@ -576,6 +598,7 @@ class Cache {
   std::vector<Block*> spare_;
   const AllocatorSettings settings_;
   uint64_t free_clock_ = 0; // counts insertFree calls: blocks' ages
+  friend struct CacheWalk; // the snapshot's read-only walk (memory_history)
 };
 
 // Leaked on purpose: tensors may be freed after this library's statics.
@@ -613,3 +636,90 @@ void cacheCountOom(int device) {
 
 } // namespace ember
 // ember-book: end device_cache
+
+namespace ember {
+
+// The snapshot (memory_history): every segment of the cache with its blocks
+// in address order, read under the cache's lock. The cache keeps no list of
+// segments: a segment is the chain of blocks from one driver allocation, so
+// the walk starts from every block it knows, live, cached or pending, and
+// follows `prev` to the segment's first block.
+struct CacheWalk {
+  static std::vector<c10::CachingDeviceAllocator::SegmentInfo> segments(
+      Cache& c) {
+    std::lock_guard<std::mutex> lock(c.mutex_);
+    std::map<std::pair<int, const char*>, const Block*> heads;
+    auto add = [&](const Block* block) {
+      while (block->prev != nullptr) {
+        block = block->prev;
+      }
+      heads.emplace(std::make_pair(block->device, block->ptr), block);
+    };
+    for (const auto& [ptr, block] : c.active_) {
+      add(block);
+    }
+    for (DeviceCache& cache : c.devices_) {
+      for (const FreeBlocks* pool : {&cache.small_free, &cache.large_free}) {
+        for (const Block* block : *pool) {
+          add(block);
+        }
+      }
+      for (const auto& [event, block] : cache.pending) {
+        add(block);
+      }
+    }
+    std::vector<c10::CachingDeviceAllocator::SegmentInfo> out;
+    for (const auto& [key, head] : heads) {
+      out.push_back(segment(head));
+    }
+    int devices = 0;
+    if (memoryHistoryEnabled() && emGetDeviceCount(&devices) == emSuccess) {
+      // Marks the snapshot in each trace: size is the active memory.
+      const auto all = static_cast<size_t>(StatType::AGGREGATE);
+      for (int d = 0; d < devices && d < kMaxDevices; ++d) {
+        const DeviceStats& stats = c.devices_[d].stats;
+        memoryEvent(MemoryAction::SNAPSHOT, d, nullptr,
+                    stats.active_bytes[all].current, 0, stats);
+      }
+    }
+    return out;
+  }
+
+  static c10::CachingDeviceAllocator::SegmentInfo segment(const Block* head) {
+    c10::CachingDeviceAllocator::SegmentInfo info;
+    info.device = static_cast<c10::DeviceIndex>(head->device);
+    info.address = reinterpret_cast<size_t>(head->ptr);
+    info.stream = reinterpret_cast<void*>(std::max<emStream_t>(head->stream, 0));
+    info.is_large = !head->small;
+    info.is_expandable = head->segment != nullptr;
+    if (head->stream < 0) { // a graph's pool (EmberGraph.cpp)
+      info.owner_private_pool_id = {static_cast<c10::CaptureId_t>(-head->stream),
+                                    0};
+    }
+    info.context_when_allocated = segmentContext(head->ptr);
+    for (const Block* b = head; b != nullptr; b = b->next) {
+      c10::CachingDeviceAllocator::BlockInfo block;
+      block.size = b->size;
+      block.allocated = b->allocated;
+      block.active = b->allocated || b->pending_events > 0;
+      if (block.active) {
+        block.requested_size = b->requested;
+        block.context_when_allocated = blockContext(b->ptr);
+        info.active_size += b->size;
+      }
+      if (b->allocated) {
+        info.allocated_size += b->size;
+        info.requested_size += b->requested;
+      }
+      info.total_size += b->size;
+      info.blocks.push_back(std::move(block));
+    }
+    return info;
+  }
+};
+
+std::vector<c10::CachingDeviceAllocator::SegmentInfo> cacheSegments() {
+  return CacheWalk::segments(deviceCache());
+}
+
+} // namespace ember

@@ -76,14 +76,19 @@ bool ExpandableSegment::grow(size_t bytes) {
   return true;
 }
 
-void ExpandableSegment::shrink(size_t bytes) {
+bool ExpandableSegment::shrink(size_t bytes) {
   TORCH_INTERNAL_ASSERT(bytes % kChunk == 0 && bytes <= mapped_);
   if (bytes == 0) {
-    return;
+    return true;
   }
   EMBER_CHECK(emDeviceSynchronize(device_));
-  EMBER_CHECK(emMemUnmap(end() - bytes, bytes));
+  const emError_t error = emMemUnmap(end() - bytes, bytes);
+  if (error == emErrorInvalidValue) {
+    return false; // still in use (by a graph): stays mapped and cached
+  }
+  EMBER_CHECK(error);
   mapped_ -= bytes;
+  return true;
 }
 
 } // namespace ember

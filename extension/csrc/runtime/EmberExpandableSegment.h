@@ -44,8 +44,9 @@ class ExpandableSegment {
   // full.
   bool grow(size_t bytes);
   // Unmaps the last `bytes` (whole chunks), after waiting for the device:
-  // queued work may still use them.
-  void shrink(size_t bytes);
+  // queued work may still use them. False, with nothing unmapped, if a
+  // graph still uses them (the driver keeps a graph's memory).
+  bool shrink(size_t bytes);
 
   // The cache's last block in the range (opaque here), or nullptr.
   void* last_block = nullptr;

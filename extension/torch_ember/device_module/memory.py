@@ -9,7 +9,10 @@ versions, which knew only the driver: extension/history/01_allocator.py.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import pickle
+import sys
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -183,3 +186,59 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
             lines.append(f"{key:<32}{stats[key]:>11}")
     lines.append("=" * width)
     return "\n".join(lines)
+
+
+# Memory history and snapshots, as torch.cuda.memory's private functions of these names.
+# The C++ half lives in the compiled package (csrc/runtime/EmberMemoryHistory.cpp):
+# the device cache reports every allocation, free and segment to it.
+
+
+def _history_module() -> Any:
+    try:
+        return importlib.import_module("torch_ember._C")
+    except ImportError as error:
+        raise RuntimeError(
+            f"ember: memory history needs the torch_ember package's device cache (torch_ember._C): {error}"
+        ) from None
+
+
+def _record_memory_history(
+    enabled: Literal["state", "all"] | bool | None = "all",
+    context: Literal["state", "alloc", "all"] | None = "all",
+    stacks: Literal["python", "all"] = "all",
+    max_entries: int = sys.maxsize,
+    device: DeviceLike = None,
+    clear_history: bool = False,
+) -> None:
+    """Record what the device cache does, with stacks, as
+    `torch.cuda.memory._record_memory_history`: `enabled="all"` keeps the last
+    `max_entries` actions per device (alloc, free_requested, free_completed,
+    segment_alloc, segment_free, oom, snapshot) and the stack of every live block;
+    `"state"` only the stacks of live blocks; `None` stops recording and drops the
+    history. `context` says which actions carry a stack ("state": none in the trace,
+    "alloc": allocations, "all": frees too); `stacks="python"` gathers Python frames
+    only (cheap), `"all"` C++ frames too. One history serves every ember device
+    (`device` is accepted for CUDA's signature). The legacy form
+    `_record_memory_history(True/False)` means "all"/None."""
+    del device
+    if isinstance(enabled, bool):
+        enabled = "all" if enabled else None
+    native = _history_module()
+    if clear_history and enabled is not None:
+        native._record_memory_history(None, None, "python", 1)
+    native._record_memory_history(enabled, context, stacks, max_entries)
+
+
+def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
+    """The device cache's state as `torch.cuda.memory._snapshot()` gives CUDA's: "segments"
+    (one per driver allocation, with its "blocks" and their state and frames),
+    "device_traces" (the recorded history, a list per device) and "allocator_settings".
+    `torch.cuda._memory_viz` reads it (`segsum`, `trace_plot`, `segment_plot`)."""
+    del device
+    return _history_module()._memory_snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickle `_snapshot()` to `filename`, the file pytorch.org/memory_viz opens."""
+    with open(filename, "wb") as file:
+        pickle.dump(_snapshot(), file)

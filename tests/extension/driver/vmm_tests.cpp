@@ -145,6 +145,20 @@ void test_vmm() {
                     emMemcpyDeviceToHost));
   CHECK(std::all_of(zeros.begin(), zeros.end(),
                     [](unsigned char c) { return c == 0; }));
+  // A graph keeps the pages it uses: they cannot be unmapped under it.
+  emStream_t stream = 0;
+  emGraph_t graph = 0;
+  CHECK_OK(emStreamCreate(0, &stream));
+  CHECK_OK(emSetStream(0, stream));
+  CHECK_OK(emStreamBeginCapture(0, stream));
+  args = AddArgs{reinterpret_cast<unsigned char*>(b + 2 * kMiB), 4};
+  void* const tail[] = {b + 2 * kMiB};
+  CHECK_OK(emLaunchKernelByValue(add_one_kernel, &args, sizeof args, tail, 1));
+  CHECK_OK(emStreamEndCapture(0, stream, &graph));
+  CHECK_OK(emSetStream(0, 0));
+  CHECK_EM(emMemUnmap(b + 2 * kMiB, 2 * kMiB), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "still used by queued work or a graph"));
+  CHECK_OK(emGraphDestroy(graph));
   CHECK_OK(emMemUnmap(b, 4 * kMiB)); // two mappings in one call
   CHECK(free_bytes(0) == free_before);
   CHECK(stats_of(0).bytes_in_use == before.bytes_in_use);
