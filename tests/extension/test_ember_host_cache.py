@@ -51,7 +51,7 @@ def test_sizes_share_a_block_by_power_of_two() -> None:
 def test_a_block_is_not_reused_while_a_copy_queued_on_it_is_pending() -> None:
     host = torch.full((MIB_FLOATS,), 3.0, pin_memory=True)
     address = host.data_ptr()
-    torch.ember._sleep(200_000)  # the current stream is busy for 200 ms
+    torch.ember._sleep(300_000)  # the current stream is busy for 300 ms
     device = host.to("ember", non_blocking=True)
     assert not torch.ember.current_stream().query()  # the copy is still queued
     del host
@@ -65,6 +65,23 @@ def test_a_block_is_not_reused_while_a_copy_queued_on_it_is_pending() -> None:
     torch.ember.synchronize()
     assert torch.equal(device.cpu(), torch.full((MIB_FLOATS,), 3.0))
     # The copy has finished: the block is free for the next allocation.
+    assert torch.empty(MIB_FLOATS, pin_memory=True).data_ptr() == address
+
+
+@pytest.mark.parametrize("where", ["side stream", "device 1"])
+def test_the_event_is_recorded_on_the_stream_the_copy_used(where: str) -> None:
+    # The copy runs on a side stream, or on device 1's stream; the current stream of device 0
+    # is idle, so only an event on the copy's own stream keeps the block from reuse.
+    host = torch.full((MIB_FLOATS,), 4.0, pin_memory=True)
+    address = host.data_ptr()
+    index = 1 if where == "device 1" else 0
+    with torch.ember.device(index), torch.ember.stream(torch.ember.Stream()):
+        torch.ember._sleep(100_000)
+        device = host.to(f"ember:{index}", non_blocking=True)
+        del host
+        assert torch.empty(MIB_FLOATS, pin_memory=True).data_ptr() != address
+        torch.ember.current_stream().synchronize()
+    assert torch.equal(device.cpu(), torch.full((MIB_FLOATS,), 4.0))
     assert torch.empty(MIB_FLOATS, pin_memory=True).data_ptr() == address
 
 
