@@ -63,13 +63,20 @@ bool isPinnedPtr(const void* ptr) {
 }
 
 // An ember sync event recorded on a stream that used a freed block: the
-// block is reused once every such event has completed.
+// block is reused once every such event has completed. Never throws (it
+// is made in a tensor's deleter): if the driver cannot record it, we wait
+// for the stream instead, and the event is done (0).
 class PinnedEvent {
  public:
   explicit PinnedEvent(c10::Stream stream) {
     const int device = stream.device_index();
-    EMBER_CHECK(emSyncEventCreate(device, &event_, emSyncEventDisableTiming));
-    EMBER_CHECK(emSyncEventRecord(event_, device, stream.id()));
+    if (emSyncEventCreate(device, &event_, emSyncEventDisableTiming) ==
+            emSuccess &&
+        emSyncEventRecord(event_, device, stream.id()) == emSuccess) {
+      return;
+    }
+    (void)emStreamSynchronize(device, stream.id());
+    reset();
   }
   PinnedEvent(PinnedEvent&& other) noexcept
       : event_(std::exchange(other.event_, 0)) {}
@@ -78,17 +85,21 @@ class PinnedEvent {
     return *this;
   }
   ~PinnedEvent() {
-    if (event_ != 0) {
-      (void)emSyncEventDestroy(event_);
-    }
+    reset();
   }
   bool done() const {
-    int done = 0;
-    EMBER_CHECK(emSyncEventQuery(event_, &done));
-    return done != 0;
+    int done = 1;
+    return event_ == 0 || emSyncEventQuery(event_, &done) != emSuccess ||
+        done != 0;
   }
 
  private:
+  void reset() {
+    if (event_ != 0) {
+      (void)emSyncEventDestroy(event_);
+      event_ = 0;
+    }
+  }
   emSyncEvent_t event_ = 0;
 };
 
@@ -99,6 +110,12 @@ struct PinnedCache final
     : at::CachingHostAllocatorImpl<c10::Stream, PinnedEvent> {
   void copy_data(void* dest, const void* src, size_t count) const override {
     std::memcpy(dest, src, count);
+  }
+
+  // Only an ember stream's work can be pending on a block.
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
+    return stream.device_type() == c10::DeviceType::PrivateUse1 &&
+        CachingHostAllocatorImpl::record_event(ptr, ctx, stream);
   }
 
  private:
