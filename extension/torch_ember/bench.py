@@ -59,6 +59,11 @@ while a cached block keeps them.
 (``torch.ember.empty_host_cache()`` after each free, so every allocation maps and populates
 fresh pages) over with it (a freed block is reused), timed from Python (target >= 10).
 
+Observation: ``memory_history_overhead_mlp_step``: the MLP's training step with
+``torch.ember.memory._record_memory_history("all", stacks="python")`` recording / without
+(target <= 1.2). The recording round turns history on before the step and off after it, so it
+pays for the Python stack of every allocation and free, and for dropping the trace.
+
 Counts: ``fallback_calls_mlp_step``, ``fallback_calls_cnn_step``: the calls that reach the
 CPU fallback during one training step (after warm-up). The count comes from a check
 registered with the fallback itself (csrc/python/EmberBenchSupport.cpp), so it counts every
@@ -128,6 +133,7 @@ TARGETS: dict[str, Target] = {
     "compiled_pointwise_chain_vs_eager": Target(0.4, at_most=True),
     "compiled_mlp_step_vs_cpu_compiled": Target(1.2, at_most=True),
     "graph_replay_vs_eager_small_ops": Target(0.3, at_most=True),
+    "memory_history_overhead_mlp_step": Target(1.2, at_most=True),
 }
 
 STABLE_KEYS = (
@@ -145,6 +151,7 @@ STABLE_KEYS = (
     "compiled_pointwise_chain_vs_eager",
     "compiled_mlp_step_vs_cpu_compiled",
     "graph_replay_vs_eager_small_ops",
+    "memory_history_overhead_mlp_step",
 )
 
 
@@ -485,6 +492,23 @@ def _measure_graph(repeat: int, results: dict[str, float]) -> None:
     graph.reset()
 
 
+# -- Observation ------------------------------------------------------------------------------
+
+
+def _measure_memory_history(repeat: int, results: dict[str, float]) -> None:
+    memory = torch_ember.device_module.memory
+    step = TrainingStep("mlp", "ember")
+
+    def recorded() -> None:
+        memory._record_memory_history("all", stacks="python")
+        step()
+        _synchronize()
+        memory._record_memory_history(None)
+
+    plain, with_history = interleaved([synced(step), recorded], max(3, repeat // 5))
+    results["memory_history_overhead_mlp_step"] = ratio(with_history, plain)
+
+
 def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None) -> dict[str, float]:
     """Run every benchmark once; the figures under their keys (`fallback_ops` gets the operators that fell back)."""
     results: dict[str, float] = {}
@@ -496,6 +520,7 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_steps(repeat, results, fallback_ops if fallback_ops is not None else {})
     _measure_compiled(repeat, results)
     _measure_graph(repeat, results)
+    _measure_memory_history(repeat, results)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -523,6 +548,7 @@ ROWS = [
     ("MLP training step, compiled (ember / CPU)", "compiled_mlp_step_vs_cpu_compiled"),
     ("100 one-element ops: graph replay / eager", "graph_replay_vs_eager_small_ops"),
     ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
+    ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
 ]
 
 
