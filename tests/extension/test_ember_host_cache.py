@@ -167,3 +167,22 @@ def test_reset_peak_and_accumulated_host_memory_stats() -> None:
     after = stats()
     assert after["active_requests.allocated"] == after["active_requests.freed"] == 0
     assert after["host_alloc_time.count"] == 0
+
+
+def test_without_torch_embers_library_the_functions_say_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The book attaches its own driver library, which has no host allocator entry points.
+    from torch_ember.device_module import devices
+
+    class Library:
+        pass
+
+    class Driver:
+        lib = Library()
+
+    monkeypatch.setattr(devices, "_driver", Driver())
+    with pytest.raises(RuntimeError, match="emberHostMemoryStats is not in the library"):
+        torch.ember.host_memory_stats()
+    with pytest.raises(RuntimeError, match="emberEmptyHostCache is not in the library"):
+        torch.ember.empty_host_cache()
