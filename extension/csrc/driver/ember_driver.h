@@ -160,6 +160,57 @@ emError_t emSetEventCallback(emEventCallback callback, void* user);
 // emErrorInvalidValue.
 emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
 
+// Activity records: what a profiler needs (CUPTI's activity API in small).
+// The event callback above says what was asked, when it was asked; an
+// activity says when the device did it. While an activity callback is
+// installed, the driver times each kernel (emLaunchKernel, by value) and
+// each copy (emMemcpy, and an emMemcpyAsync when its stream's worker runs
+// it) and reports it once done, on the thread that did it (a worker's, for
+// asynchronous work), with no driver lock held. Times are wall clock, in
+// nanoseconds since the Unix epoch (what profilers put on one time line).
+// With no activity callback installed, the cost is one atomic load per call.
+//
+// Correlation: a tool pushes its own id (an operator's) on the calling
+// thread's stack; each activity carries the innermost id of the thread that
+// issued it, taken when the work was issued (for asynchronous work: queued).
+// Graph replays (emGraphLaunch) are not reported.
+typedef enum emActivityKind {
+  emActivityKernel = 0,
+  emActivityMemcpy = 1
+} emActivityKind;
+
+typedef struct emActivity {
+  emActivityKind kind;
+  int device;               // the device it ran on (memcpy: as for emEvent)
+  emStream_t stream;        // the stream it ran in order on
+  uint64_t start_ns;        // the device work
+  uint64_t end_ns;
+  uint64_t issue_start_ns;  // the host call that issued it (a synchronous
+  uint64_t issue_end_ns;    // call spans its work, and its wait before)
+  uint64_t issue_thread;    // the issuing thread's system id (gettid)
+  uint64_t correlation_id;  // innermost pushed id at the issue; 0: none
+  const char* name;         // kernel: its emSetNextLaunchName, else NULL;
+                            // valid during the callback only
+  emMemcpyKind memcpy_kind; // memcpy only
+  size_t bytes;             // memcpy only
+  int async;                // 1: emMemcpyAsync
+} emActivity;
+
+typedef void (*emActivityCallback)(const emActivity* activity, void* user);
+
+// Installs `callback` (NULL removes it and stops the timing). As with the
+// event callback, a call already running the old one may finish later.
+emError_t emSetActivityCallback(emActivityCallback callback, void* user);
+// The calling thread's correlation stack. Pop of an empty stack:
+// emErrorInvalidValue. `id` may be NULL.
+emError_t emActivityPushCorrelationId(uint64_t id);
+emError_t emActivityPopCorrelationId(uint64_t* id);
+// Names the calling thread's next kernel launch in its activity record
+// (e.g. a generated kernel's name). The next emLaunchKernel or
+// emLaunchKernelByValue takes it, whether or not it succeeds; `name` must
+// stay valid until then. NULL: unnamed.
+emError_t emSetNextLaunchName(const char* name);
+
 // ---------------------------------------------------------------------------
 // Streams. A stream is an in-order queue of device work on one device, named
 // by the pair (device, id): id 0 is the device's default stream (it always

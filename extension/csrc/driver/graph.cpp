@@ -158,6 +158,8 @@ emError_t emLaunchKernelByValue(void (*fn)(void* arg), const void* arg,
                                 size_t arg_size, void* const* buffers,
                                 size_t num_buffers) {
   clear_detail();
+  // Taken on every path; handed on to emLaunchKernel when it runs now.
+  const char* name = take_launch_name();
   if (fn == nullptr || (arg == nullptr && arg_size > 0) ||
       (buffers == nullptr && num_buffers > 0)) {
     return emErrorInvalidValue;
@@ -180,6 +182,7 @@ emError_t emLaunchKernelByValue(void (*fn)(void* arg), const void* arg,
     });
     if (status != emSuccess || recorded) return status;
   }
+  emSetNextLaunchName(name);
   return emLaunchKernel(fn, copy.data(), buffers, num_buffers);
 }
 

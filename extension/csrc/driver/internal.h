@@ -11,7 +11,7 @@
 //   launch.cpp  kernels (emLaunchKernel, emGetKernelOffset)
 //   stream.cpp  streams, their worker threads, asynchronous work
 //   event.cpp   sync events (record, wait, query, elapsed time)
-//   tracer.cpp  the event callback (emSetEventCallback) that tools watch
+//   tracer.cpp  the event callback and the activity records tools watch
 //   fork.cpp    fork(): the child gets device memory of its own
 //
 // Two locks, never held by user code: State::mutex (then ranges_mutex) for
@@ -22,6 +22,7 @@
 #include "ember_driver.h"
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -262,6 +263,15 @@ struct SyncEvent {
 };
 using SyncEventPtr = std::shared_ptr<SyncEvent>;
 
+// What the host call that issues work knows for its activity record
+// (tracer.cpp). start_ns == 0: activities were off at the issue.
+struct ActivityIssue {
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  uint64_t thread = 0;
+  uint64_t correlation = 0;
+};
+
 struct Op {
   enum Kind { kCopy, kSleep, kRecord, kWait } kind = kCopy;
   uint64_t seq = 0; // position in its stream, from 1
@@ -275,6 +285,9 @@ struct Op {
   // kRecord, kWait
   SyncEventPtr event;
   uint64_t generation = 0;
+  // kCopy, queued while activities were on (tracer.cpp): who issued it.
+  ActivityIssue issue;
+  emMemcpyKind copy_kind = emMemcpyHostToDevice;
 };
 
 struct Capture; // graph.cpp
@@ -378,5 +391,26 @@ emEvent make_event(emEventKind kind, int device, size_t bytes,
                    const void* ptr);
 // Guards the callback; fork.cpp holds it across fork().
 std::mutex& callback_mutex();
+
+// Activity records (tracer.cpp). Whether an activity callback is installed:
+// the one relaxed load that work pays when no profiler runs.
+extern std::atomic<bool> activities_on;
+inline bool activities_enabled() {
+  return activities_on.load(std::memory_order_relaxed);
+}
+// Wall clock, in nanoseconds since the Unix epoch.
+uint64_t now_ns();
+// The issue record of a call starting now, on this thread (activities on).
+ActivityIssue begin_issue();
+// Reports `activity`, its issue fields taken from `issue`, if activities are
+// on. Call it with no driver lock held.
+void report_activity(emActivity& activity, const ActivityIssue& issue);
+// Reports a copy of `bytes` that ran in order on (device, stream) from
+// `started` until now.
+void report_copy(int device, emStream_t stream, emMemcpyKind kind,
+                 size_t bytes, uint64_t started, const ActivityIssue& issue,
+                 int async = 0);
+// Takes (and clears) the thread's emSetNextLaunchName.
+const char* take_launch_name();
 
 } // namespace ember::driver::detail

@@ -24,6 +24,10 @@ emError_t emGetKernelOffset(ptrdiff_t* offset) {
 emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
                          void* const* buffers, size_t num_buffers) {
   clear_detail();
+  const char* name = take_launch_name();
+  // Timed only while a profiler listens (tracer.cpp): one relaxed load.
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
   if (fn == nullptr || (buffers == nullptr && num_buffers > 0)) {
     return emErrorInvalidValue;
   }
@@ -55,12 +59,24 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
     return emSuccess;
   });
   if (ordered != emSuccess) return ordered;
+  const uint64_t started = issue.start_ns != 0 ? now_ns() : 0;
   {
     KernelScope scope;
     fn(arg);
   }
+  const uint64_t ended = started != 0 ? now_ns() : 0;
   work.reset(); // the stream's later work may start
   allocs.clear();
+  if (started != 0) {
+    emActivity activity{};
+    activity.kind = emActivityKernel;
+    activity.device = device;
+    activity.stream = stream->id;
+    activity.start_ns = started;
+    activity.end_ns = ended;
+    activity.name = name;
+    report_activity(activity, issue);
+  }
   emEvent event = make_event(emEventKernelLaunch, device, 0, nullptr);
   event.num_buffers = num_buffers;
   event.stream = stream->id;

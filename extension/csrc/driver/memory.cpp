@@ -382,6 +382,9 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
   event.memcpy_kind = kind;
   if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
   Stream* stream = current_stream_of(device);
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
+  uint64_t started = 0; // the copy itself, timed if issue.start_ns != 0
   const emError_t ordered = translate_exceptions([&] {
     // In order on the current stream of each device the copy touches.
     const bool d2d = kind == emMemcpyDeviceToDevice;
@@ -393,10 +396,14 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
       if (captured != emSuccess) return captured;
     }
     HostWork work(stream, other);
+    if (issue.start_ns != 0) started = now_ns();
     std::memmove(copy_target(dst, kind), copy_source(src, kind), count);
     return emSuccess;
   });
   if (ordered != emSuccess) return ordered;
+  if (started != 0) {
+    report_copy(device, stream->id, kind, count, started, issue);
+  }
   event.stream = stream->id;
   allocs.clear(); // may return freed ranges: before the callback runs
   notify(event);

@@ -118,7 +118,12 @@ void worker_main(Stream* s) {
     } else if (op.kind != Op::kWait) {
       lock.unlock();
       if (op.kind == Op::kCopy) {
+        const uint64_t started = op.issue.start_ns != 0 ? now_ns() : 0;
         std::memmove(op.to, op.from, op.count);
+        if (started != 0) {
+          report_copy(s->device, s->id, op.copy_kind, op.count, started,
+                      op.issue, /*async=*/1);
+        }
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(op.microseconds));
       }
@@ -359,6 +364,11 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
     op.from = copy_source(src, kind);
     op.count = count;
     op.allocs = std::move(allocs);
+    op.copy_kind = kind;
+    if (activities_enabled()) {
+      op.issue = begin_issue();
+      op.issue.end_ns = op.issue.start_ns; // queuing takes no time to show
+    }
     enqueue(s, std::move(op));
     return emSuccess;
   });

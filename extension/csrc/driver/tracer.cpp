@@ -5,8 +5,12 @@
 
 #include "internal.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace ember::driver::detail {
 namespace {
@@ -29,7 +33,80 @@ CallbackSlot& callback_slot() {
 // The kinds reported (emSetEventKindEnabled); kinds 0..3 start enabled.
 std::atomic<uint32_t> enabled_kinds{0xFu};
 
+// The activity callback, apart from the event callback: a profiler and the
+// book's dispatch trace can watch at once. Same discipline (copied out under
+// the mutex, called without it).
+CallbackSlot& activity_slot() {
+  static CallbackSlot* const instance = new CallbackSlot(); // never destroyed
+  return *instance;
+}
+emActivityCallback activity_callback = nullptr; // guarded by activity_slot
+
+// The thread's correlation stack (emActivityPushCorrelationId) and its next
+// launch's name (emSetNextLaunchName).
+thread_local std::vector<uint64_t> correlation_stack;
+thread_local const char* next_launch_name = nullptr;
+
+uint64_t this_thread_id() {
+  thread_local const uint64_t id = static_cast<uint64_t>(gettid());
+  return id;
+}
+
 } // namespace
+
+std::atomic<bool> activities_on{false};
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+ActivityIssue begin_issue() {
+  ActivityIssue issue;
+  issue.start_ns = now_ns();
+  issue.thread = this_thread_id();
+  issue.correlation =
+      correlation_stack.empty() ? 0 : correlation_stack.back();
+  return issue;
+}
+
+void report_activity(emActivity& activity, const ActivityIssue& issue) {
+  emActivityCallback callback = nullptr;
+  void* user = nullptr;
+  {
+    CallbackSlot& slot = activity_slot();
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    callback = activity_callback;
+    user = slot.user;
+  }
+  if (callback == nullptr || issue.start_ns == 0) return;
+  activity.issue_start_ns = issue.start_ns;
+  activity.issue_end_ns = issue.end_ns != 0 ? issue.end_ns : activity.end_ns;
+  activity.issue_thread = issue.thread;
+  activity.correlation_id = issue.correlation;
+  callback(&activity, user);
+}
+
+void report_copy(int device, emStream_t stream, emMemcpyKind kind,
+                 size_t bytes, uint64_t started, const ActivityIssue& issue,
+                 int async) {
+  emActivity activity{};
+  activity.kind = emActivityMemcpy;
+  activity.device = device;
+  activity.stream = stream;
+  activity.start_ns = started;
+  activity.end_ns = now_ns();
+  activity.memcpy_kind = kind;
+  activity.bytes = bytes;
+  activity.async = async;
+  report_activity(activity, issue);
+}
+
+const char* take_launch_name() {
+  return std::exchange(next_launch_name, nullptr);
+}
 
 std::mutex& callback_mutex() {
   return callback_slot().mutex;
@@ -76,6 +153,38 @@ emError_t emSetEventCallback(emEventCallback callback, void* user) {
   std::lock_guard<std::mutex> lock(slot.mutex);
   slot.callback = callback;
   slot.user = user;
+  return emSuccess;
+}
+
+emError_t emSetActivityCallback(emActivityCallback callback, void* user) {
+  CallbackSlot& slot = activity_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  activity_callback = callback;
+  slot.user = user;
+  activities_on.store(callback != nullptr, std::memory_order_relaxed);
+  return emSuccess;
+}
+
+emError_t emActivityPushCorrelationId(uint64_t id) {
+  clear_detail();
+  return translate_exceptions([&] {
+    correlation_stack.push_back(id);
+    return emSuccess;
+  });
+}
+
+emError_t emActivityPopCorrelationId(uint64_t* id) {
+  clear_detail();
+  if (correlation_stack.empty()) {
+    return fail(emErrorInvalidValue, "the correlation stack is empty");
+  }
+  if (id != nullptr) *id = correlation_stack.back();
+  correlation_stack.pop_back();
+  return emSuccess;
+}
+
+emError_t emSetNextLaunchName(const char* name) {
+  next_launch_name = name;
   return emSuccess;
 }
 

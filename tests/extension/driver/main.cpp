@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   test_wait_inside_kernel();
   test_fork_with_streams();
   test_stream_trace_events();
+  test_activities();
   test_graphs();
   test_vmm();
   for (int d = 0; d < 2; ++d) {

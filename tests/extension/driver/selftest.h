@@ -111,6 +111,8 @@ void test_sync_events();
 // tracer_tests.cpp
 void test_event_callback();
 void test_stream_trace_events();
+// activity_tests.cpp
+void test_activities();
 
 // graph_tests.cpp
 void test_graphs();
