@@ -12,10 +12,17 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import setup  # noqa: E402
 from setuptools.command.build_py import build_py  # noqa: E402
-from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+from torch.utils.cpp_extension import (  # noqa: E402
+    BuildExtension,
+    CppExtension,
+    include_paths,
+)
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
+# PyTorch's PrivateUse1 profiler header includes Kineto's headers by bare name
+# (<IActivityProfiler.h>): their folder must be on the include path.
+KINETO = Path(include_paths()[0]) / "kineto"
 
 
 # Every C++ file under csrc is part of the backend, the driver's one file per
@@ -48,7 +55,7 @@ setup(
         CppExtension(
             name="torch_ember._C",
             sources=sources(),
-            include_dirs=[str(CSRC)],
+            include_dirs=[str(CSRC), str(KINETO)],
             # BuildExtension adds -std=c++20 itself (what torch 2.13 is built with).
             # -g0: debug info doubles compile time and nobody steps through a simulator.
             extra_compile_args=["-O2", "-g0"],

@@ -113,6 +113,7 @@ extern "C" const char* emberLaunchCompiled(
     std::vector<unsigned char> record(ember::kArgsAt + args_size);
     std::memcpy(record.data(), &body, sizeof body);
     std::memcpy(record.data() + ember::kArgsAt, args, args_size);
+    emSetNextLaunchName(kernel); // what a profiler calls this kernel
     EMBER_CHECK(emLaunchKernelByValue(
         &ember::runCompiled, record.data(), record.size(),
         const_cast<void* const*>(buffers), num_buffers));

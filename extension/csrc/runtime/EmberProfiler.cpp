@@ -1,0 +1,320 @@
+// ember in torch.profiler: a Kineto activity profiler for the PrivateUse1
+// device (REGISTER_PRIVATEUSE1_PROFILER).
+//
+// Kineto drives it: at the first profile it makes one EmberProfiler (the
+// factory runs lazily), and for each trace asks it for a session
+// (configure), starts and stops the session, then has it log what it saw
+// (processTrace). The session installs the driver's activity callback
+// (ember_driver.h) between start and stop: the driver times every kernel and
+// copy on the thread that does it and reports it, with the correlation id of
+// the operator that issued it. processTrace turns each record into Kineto's
+// activities: the device side (a kernel or a memcpy, on one track per ember
+// stream) linked to its ATen operator, and, if asked for, the host side (the
+// driver call, a PRIVATEUSE1_RUNTIME activity) joined to it by a flow arrow.
+
+// Kineto's public headers declare the profiler interfaces only under
+// USE_KINETO, which PyTorch's own build defines and an extension's does not.
+// GenericTraceActivity formats metadata with fmt inline; header-only fmt
+// keeps that from needing a fmt symbol that libtorch does not export.
+#define USE_KINETO
+#define FMT_HEADER_ONLY
+
+#include <kineto/libkineto.h> // CpuTraceBuffer, complete
+#include <kineto/output_base.h> // ActivityLogger, complete
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "driver/ember_driver.h"
+
+namespace ember {
+namespace {
+
+using libkineto::ActivityType;
+
+// One activity as the driver reported it. The name is copied: the driver's
+// pointer is valid during the callback only.
+struct Record {
+  emActivity activity;
+  std::string name;
+};
+
+// Where the driver's activity callback writes. The driver has one activity
+// callback and Kineto one trace at a time, so there is one buffer, and the
+// running session owns it between start and stop. Records come from any
+// thread (a stream's worker for asynchronous copies).
+class ActivityBuffer {
+ public:
+  static ActivityBuffer& get() {
+    // Never destroyed: a worker may report while the process exits.
+    static ActivityBuffer* const instance = new ActivityBuffer();
+    return *instance;
+  }
+
+  void start() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      records_.clear();
+      recording_ = true;
+    }
+    emSetActivityCallback(&ActivityBuffer::onActivity, this);
+  }
+
+  std::vector<Record> stop() {
+    emSetActivityCallback(nullptr, nullptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    recording_ = false; // a report already under way is dropped
+    return std::exchange(records_, {});
+  }
+
+ private:
+  static void onActivity(const emActivity* activity, void* user) {
+    auto* self = static_cast<ActivityBuffer*>(user);
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    if (!self->recording_) {
+      return;
+    }
+    self->records_.push_back(
+        {*activity, activity->name != nullptr ? activity->name : ""});
+  }
+
+  std::mutex mutex_;
+  std::vector<Record> records_;
+  bool recording_ = false;
+};
+
+// An eager kernel's name, from the operator that launched it: aten::mm
+// launches "ember_mm". (Compiled kernels come named by their launcher.)
+std::string kernelName(const Record& record,
+                       const libkineto::ITraceActivity* op) {
+  if (!record.name.empty()) {
+    return record.name;
+  }
+  if (op == nullptr) {
+    return "ember_kernel";
+  }
+  std::string name = op->name();
+  if (name.rfind("aten::", 0) == 0) {
+    name.erase(0, 6);
+  }
+  for (size_t at = name.find("::"); at != std::string::npos;
+       at = name.find("::", at)) {
+    name.replace(at, 2, "_");
+  }
+  return "ember_" + name;
+}
+
+const char* copyName(emMemcpyKind kind) {
+  switch (kind) {
+    case emMemcpyHostToDevice:
+      return "Memcpy HtoD (Host -> ember)";
+    case emMemcpyDeviceToHost:
+      return "Memcpy DtoH (ember -> Host)";
+    case emMemcpyDeviceToDevice:
+      break;
+  }
+  return "Memcpy DtoD (ember -> ember)";
+}
+
+const char* runtimeName(const emActivity& activity) {
+  if (activity.kind == emActivityKernel) {
+    return "emLaunchKernel";
+  }
+  return activity.async ? "emMemcpyAsync" : "emMemcpy";
+}
+
+class EmberSession : public libkineto::IActivityProfilerSession {
+ public:
+  explicit EmberSession(const std::set<ActivityType>& types)
+      : kernels_(types.count(ActivityType::CONCURRENT_KERNEL) > 0),
+        copies_(types.count(ActivityType::GPU_MEMCPY) > 0),
+        runtime_(types.count(ActivityType::PRIVATEUSE1_RUNTIME) > 0) {}
+
+  // Kineto configures this session even when only CPU activity was asked
+  // for: then it records nothing, and the driver times nothing.
+  void start() override {
+    if (kernels_ || copies_) {
+      ActivityBuffer::get().start();
+      recording_ = true;
+    }
+    status_ = libkineto::TraceStatus::RECORDING;
+  }
+
+  void stop() override {
+    if (recording_) {
+      records_ = ActivityBuffer::get().stop();
+      recording_ = false;
+    }
+    status_ = libkineto::TraceStatus::PROCESSING;
+  }
+
+  std::vector<std::string> errors() override {
+    return {};
+  }
+
+  void processTrace(libkineto::ActivityLogger& logger) override {
+    processTrace(logger, nullptr, 0, 0);
+  }
+
+  void processTrace(libkineto::ActivityLogger& logger,
+                    libkineto::getLinkedActivityCallback getLinkedActivity,
+                    int64_t startTime, int64_t endTime) override;
+
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{
+        0, 0, "ember", "ember 0"});
+  }
+
+  // One track per (device, stream) that did work: Kineto shows a resource
+  // as a row under its device.
+  std::vector<libkineto::ResourceInfo> getResourceInfos() override {
+    std::vector<libkineto::ResourceInfo> infos;
+    for (const auto& [key, unused] : streams_) {
+      const auto [device, stream] = key;
+      infos.push_back(libkineto::ResourceInfo{
+          stream, stream, device, "ember stream " + std::to_string(stream)});
+    }
+    return infos;
+  }
+
+  // The logger keeps pointers to the activities processTrace logged, and
+  // Kineto calls this after processTrace to hand their owner to the trace:
+  // they live as long as the trace does, not as this session.
+  std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override {
+    return std::move(buffer_);
+  }
+
+  // Called on the operator's thread around each ATen operator.
+  void pushCorrelationId(uint64_t id) override {
+    emActivityPushCorrelationId(id);
+  }
+
+  void popCorrelationId() override {
+    emActivityPopCorrelationId(nullptr);
+  }
+
+ private:
+  libkineto::GenericTraceActivity& add(ActivityType type, std::string name) {
+    buffer_->emplace_activity(buffer_->span, type, std::move(name));
+    return *buffer_->activities.back();
+  }
+
+  const bool kernels_;
+  const bool copies_;
+  const bool runtime_;
+  bool recording_ = false;
+  std::vector<Record> records_;
+  std::map<std::pair<int64_t, int64_t>, bool> streams_;
+  // The activities of processTrace, each on the heap, and their span.
+  std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
+};
+
+void EmberSession::processTrace(
+    libkineto::ActivityLogger& logger,
+    libkineto::getLinkedActivityCallback getLinkedActivity,
+    int64_t startTime,
+    int64_t endTime) {
+  buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
+  buffer_->span = libkineto::TraceSpan(startTime, endTime, "ember");
+  buffer_->gpuOpCount = 0;
+  const int32_t pid = libkineto::processId();
+  uint32_t flow = 0;
+  for (const Record& record : records_) {
+    const emActivity& a = record.activity;
+    const bool kernel = a.kind == emActivityKernel;
+    if (kernel ? !kernels_ : !copies_) {
+      continue;
+    }
+    // Kineto's correlation ids are 32-bit, the ids pushed 64-bit.
+    const auto correlation = static_cast<int32_t>(a.correlation_id);
+    const libkineto::ITraceActivity* op =
+        getLinkedActivity && correlation != 0 ? getLinkedActivity(correlation)
+                                              : nullptr;
+    ++flow;
+    auto& device = kernel ? add(ActivityType::CONCURRENT_KERNEL,
+                                kernelName(record, op))
+                          : add(ActivityType::GPU_MEMCPY,
+                                copyName(a.memcpy_kind));
+    device.startTime = static_cast<int64_t>(a.start_ns);
+    device.endTime = static_cast<int64_t>(a.end_ns);
+    device.id = correlation;
+    device.device = a.device;
+    device.resource = static_cast<int32_t>(a.stream);
+    device.threadId = static_cast<int32_t>(a.stream);
+    device.linked = op;
+    device.addMetadata("stream", a.stream);
+    device.addMetadata("device", a.device);
+    if (!kernel) {
+      device.addMetadata("bytes", a.bytes);
+    }
+    streams_[{a.device, a.stream}] = true;
+    if (runtime_) {
+      // The driver call on the host, and an arrow from it to its work.
+      auto& host = add(ActivityType::PRIVATEUSE1_RUNTIME, runtimeName(a));
+      host.startTime = static_cast<int64_t>(a.issue_start_ns);
+      host.endTime = static_cast<int64_t>(a.issue_end_ns);
+      host.id = correlation;
+      host.device = pid;
+      host.resource = static_cast<int32_t>(a.issue_thread);
+      host.threadId = static_cast<int32_t>(a.issue_thread);
+      host.linked = op;
+      host.flow.id = flow;
+      host.flow.type = libkineto::kLinkAsyncCpuGpu;
+      host.flow.start = 1;
+      device.flow.id = flow;
+      device.flow.type = libkineto::kLinkAsyncCpuGpu;
+      device.flow.start = 0;
+      logger.handleGenericActivity(host);
+    }
+    logger.handleGenericActivity(device);
+  }
+  records_.clear();
+}
+
+class EmberProfiler : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override {
+    return name_;
+  }
+
+  const std::set<ActivityType>& availableActivities() const override {
+    return activities_;
+  }
+
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      const std::set<ActivityType>& types,
+      const libkineto::Config& /*config*/) override {
+    return std::make_unique<EmberSession>(types);
+  }
+
+  // What Kineto calls (with a start time and a duration it keeps itself).
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      int64_t /*ts_ms*/,
+      int64_t /*duration_ms*/,
+      const std::set<ActivityType>& types,
+      const libkineto::Config& config) override {
+    return configure(types, config);
+  }
+
+ private:
+  std::string name_{"ember"};
+  std::set<ActivityType> activities_{
+      ActivityType::CONCURRENT_KERNEL,
+      ActivityType::GPU_MEMCPY,
+      ActivityType::PRIVATEUSE1_RUNTIME};
+};
+
+} // namespace
+} // namespace ember
+
+namespace ember_profiler_registration {
+using ember::EmberProfiler;
+REGISTER_PRIVATEUSE1_PROFILER(EmberProfiler);
+} // namespace ember_profiler_registration
