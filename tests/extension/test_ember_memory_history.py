@@ -331,3 +331,44 @@ def test_expandable_segments_show_as_one_segment_mapped_and_unmapped() -> None:
     assert out["reserved"] == 10 * MiB
     assert out["actions"] == [["segment_map", 4 * MiB], ["segment_map", 6 * MiB]]
     assert out["settings"] is True
+
+
+def test_each_device_has_its_own_trace_and_segments() -> None:
+    memory._record_memory_history("all", stacks="python")
+    on_1 = torch.ones(1000, device="ember:1")
+    snapshot = memory._snapshot()
+    assert len(snapshot["device_traces"]) == 2
+    assert [e["addr"] for e in _trace(snapshot, 1) if e["action"] == "alloc"] == [on_1.data_ptr()]
+    assert not [e for e in _trace(snapshot, 0) if e["action"] == "alloc"]
+    (block,) = _active_blocks(snapshot, device=1)
+    assert (block["address"], block["size"]) == (on_1.data_ptr(), 4096)
+    reserved = sum(s["total_size"] for s in snapshot["segments"] if s["device"] == 1)
+    assert reserved == torch.ember.memory_reserved(1)
+
+
+def test_stacks_all_adds_cpp_frames_and_clear_history_drops_the_trace() -> None:
+    memory._record_memory_history("all", stacks="all")
+    x = _make_tensor(1000)
+    (block,) = [b for b in _active_blocks(memory._snapshot()) if b["address"] == x.data_ptr()]
+    names = [f["name"] for f in block["frames"]]
+    assert "ember::Cache::malloc(unsigned long, int, long)" in names  # the C++ stack, symbolized
+    assert "_make_tensor" in names  # and the Python one
+    memory._record_memory_history("all", stacks="python", clear_history=True)
+    # The trace starts again: only this snapshot's own mark; the live block keeps its stack.
+    snapshot = memory._snapshot()
+    assert [e["action"] for e in _trace(snapshot)] == ["snapshot"]
+    (block,) = [b for b in _active_blocks(snapshot) if b["address"] == x.data_ptr()]
+    assert "_make_tensor" in [f["name"] for f in block["frames"]]
+
+
+def test_profile_plot_reads_an_ember_profile() -> None:
+    x = torch.ones(1000, device="ember")
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        y = x * 2
+        del y
+    snapshot = _memory_viz._profile_to_snapshot(prof)
+    allocs = [e for trace in snapshot["device_traces"] for e in trace if e["action"] == "alloc"]
+    assert 4096 in [e["size"] for e in allocs]  # ember's block (the CPU's scalars are there too)
+    assert "<html" in _memory_viz.profile_plot(prof).lower()

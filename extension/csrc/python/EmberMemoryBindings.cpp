@@ -181,6 +181,7 @@ py::dict memorySnapshot() {
 void registerMemoryBindings(py::module& m) {
   m.def("_record_memory_history", &recordMemoryHistory, py::arg("enabled"),
         py::arg("context"), py::arg("stacks"), py::arg("max_entries"),
+        py::arg("clear_history") = false,
         "torch.ember.memory._record_memory_history's C++ half");
   m.def("_memory_snapshot", &memorySnapshot,
         "the device cache's segments and the recorded history, as "

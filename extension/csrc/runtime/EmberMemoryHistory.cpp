@@ -211,7 +211,8 @@ Context segmentContext(const void* ptr) {
 
 void recordMemoryHistory(const std::optional<std::string>& enabled,
                          const std::optional<std::string>& context,
-                         const std::string& stacks, size_t max_entries) {
+                         const std::string& stacks, size_t max_entries,
+                         bool clear_history) {
   if (enabled) {
     checkOption("enabled", *enabled, {"state", "all"});
   }
@@ -239,6 +240,8 @@ void recordMemoryHistory(const std::optional<std::string>& enabled,
     h.traces.clear(); // CUDA drops its trace too
     h.blocks.clear();
     h.segments.clear();
+  } else if (clear_history) {
+    h.traces.clear(); // live blocks keep their stacks
   }
   for (Ring& ring : h.traces) {
     if (ring.entries.size() > entries) { // keep the newest

@@ -53,7 +53,8 @@ std::shared_ptr<c10::GatheredContext> segmentContext(const void* ptr);
 // torch.ember.memory._record_memory_history's arguments, as CUDA's.
 void recordMemoryHistory(const std::optional<std::string>& enabled,
                          const std::optional<std::string>& context,
-                         const std::string& stacks, size_t max_entries);
+                         const std::string& stacks, size_t max_entries,
+                         bool clear_history = false);
 
 // Each device's trace, oldest entry first.
 std::vector<std::vector<c10::CachingDeviceAllocator::TraceEntry>>

@@ -218,15 +218,13 @@ def _record_memory_history(
     history. `context` says which actions carry a stack ("state": none in the trace,
     "alloc": allocations, "all": frees too); `stacks="python"` gathers Python frames
     only (cheap), `"all"` C++ frames too. One history serves every ember device
-    (`device` is accepted for CUDA's signature). The legacy form
+    (`device` is accepted for CUDA's signature). `clear_history` drops the trace recorded
+    so far (the stacks of live blocks stay). The legacy form
     `_record_memory_history(True/False)` means "all"/None."""
     del device
     if isinstance(enabled, bool):
         enabled = "all" if enabled else None
-    native = _history_module()
-    if clear_history and enabled is not None:
-        native._record_memory_history(None, None, "python", 1)
-    native._record_memory_history(enabled, context, stacks, max_entries)
+    _history_module()._record_memory_history(enabled, context, stacks, max_entries, clear_history)
 
 
 def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
