@@ -150,6 +150,7 @@ struct Allocation {
   // Pages mapped into a reservation by emMemMap (vmm.cpp): base lies in the
   // reservable space, and only emMemUnmap (never emFree) releases them.
   bool mapped = false;
+  uint64_t mapping = 0; // which emMemMap call mapped it (they count from 1)
 };
 using AllocationPtr = std::shared_ptr<Allocation>;
 

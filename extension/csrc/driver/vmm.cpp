@@ -45,6 +45,10 @@ auto find_reservation(uintptr_t p, size_t count) {
   return it;
 }
 
+// Numbers the emMemMap calls, so that emMemUnmap can tell one call's pieces.
+// Guarded by State::mutex.
+uint64_t last_mapping = 0;
+
 // Back to reserved: anonymous, inaccessible, no memory behind it.
 bool unmap_piece(const Region& r, char* at, size_t length) {
   for (char* view : {at, at + r.offset}) {
@@ -74,7 +78,9 @@ bool take_pieces(FreeList& list, size_t length,
     auto it = list.ranges.begin();
     const size_t take = std::min(it->second, length);
     out.emplace_back(it->first, take);
-    if (take < it->second) list.ranges.emplace(it->first + take, it->second - take);
+    if (take < it->second) {
+      list.ranges.emplace(it->first + take, it->second - take);
+    }
     list.ranges.erase(it);
     length -= take;
   }
@@ -238,6 +244,7 @@ emError_t emMemMap(void* ptr, size_t size) {
     // From here each piece's Allocation owns its file range: a failure
     // drops them, which returns the ranges.
     std::vector<AllocationPtr> pieces;
+    const uint64_t mapping = ++last_mapping;
     char* at = static_cast<char*>(ptr);
     bool ok = true;
     for (const auto& [offset, length] : ranges) {
@@ -253,6 +260,7 @@ emError_t emMemMap(void* ptr, size_t size) {
         break;
       }
       pieces.back()->mapped = true;
+      pieces.back()->mapping = mapping;
       ok = map_piece(s.region, at, length, fd, offset);
       if (!ok) break;
       at += length;
@@ -304,9 +312,16 @@ emError_t emMemUnmap(void* ptr, size_t size) {
       }
       at = piece->end();
     }
-    const bool cuts_prev = p > 0 && find_allocation(p - 1) != nullptr &&
-        find_allocation(p - 1)->end() > p;
-    if (at != p + size || cuts_prev) {
+    // Whole mappings only: no piece of the first or last one left out.
+    auto first = s.allocations.find(p);
+    auto after = s.allocations.lower_bound(p + size);
+    const bool cuts =
+        first != s.allocations.end() &&
+        ((first != s.allocations.begin() &&
+          std::prev(first)->second->mapping == first->second->mapping) ||
+         (after != s.allocations.end() &&
+          after->second->mapping == std::prev(after)->second->mapping));
+    if (at != p + size || cuts) {
       return fail(emErrorInvalidValue,
                   "emMemUnmap: [%p, +%zu) is not wholly mapped, or cuts "
                   "through a mapping",
