@@ -372,3 +372,45 @@ def test_profile_plot_reads_an_ember_profile() -> None:
     allocs = [e for trace in snapshot["device_traces"] for e in trace if e["action"] == "alloc"]
     assert 4096 in [e["size"] for e in allocs]  # ember's block (the CPU's scalars are there too)
     assert "<html" in _memory_viz.profile_plot(prof).lower()
+
+
+_THREADS_CHILD = r"""
+import threading, torch, torch_ember
+mem = torch.ember.memory
+mem._record_memory_history("all", stacks="python", max_entries=1000)
+model = torch.nn.Linear(64, 64).to("ember")
+errors = []
+
+def work(seed):
+    try:
+        x = torch.randn(32, 64, device="ember")
+        for _ in range(50):
+            model(x).square().sum().backward()  # autograd's device thread allocates and frees too
+            kept = [torch.empty(seed * 1000 + n, device="ember") for n in range(5)]
+            del kept
+    except Exception as error:
+        errors.append(error)
+
+threads = [threading.Thread(target=work, args=(i + 1,)) for i in range(4)]
+for t in threads:
+    t.start()
+snapshots = 0
+while any(t.is_alive() for t in threads):
+    mem._snapshot()  # takes the cache's lock while the workers allocate
+    snapshots += 1
+for t in threads:
+    t.join()
+model.weight.grad = model.bias.grad = None
+snapshot = mem._snapshot()
+live = sum(b["size"] for s in snapshot["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+print(not errors, snapshots > 0, live == torch.ember.memory_allocated(), len(snapshot["device_traces"][0]))
+"""
+
+
+def test_threads_allocating_while_snapshots_are_taken_do_not_deadlock() -> None:
+    # Stacks are gathered with the GIL, the walk holds the cache's lock: a child with a hard timeout.
+    child = subprocess.run(
+        [sys.executable, "-c", _THREADS_CHILD], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["True", "True", "True", "1000"]

@@ -202,6 +202,10 @@ AllocationPtr find_allocation(uintptr_t p, size_t count = 0);
 // mapped by separate emMemMap calls. Caller holds State::mutex.
 bool find_mapped_range(uintptr_t p, size_t count,
                        std::vector<AllocationPtr>& out);
+// emErrorInvalidValue for device range [p, p + count) that is not device
+// memory; the detail says so when it lies in a reservation's unmapped pages.
+// Caller holds State::mutex.
+emError_t explain_unmapped(uintptr_t p, size_t count);
 // In a forked child: maps the pieces of `device` from its new file `fd`.
 // System calls only.
 bool remap_pieces(const Region& r, int device, int fd);

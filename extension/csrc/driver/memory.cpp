@@ -250,10 +250,16 @@ emError_t check_copy(void* dst, const void* src, size_t count,
   return translate_exceptions([&] {
     std::lock_guard<std::mutex> lock(state().mutex);
     std::vector<AllocationPtr> dst_side, src_side;
-    const bool ok =
-        check_copy_side(dst, count, kind != emMemcpyDeviceToHost, dst_side) &&
-        check_copy_side(src, count, kind != emMemcpyHostToDevice, src_side);
-    if (!ok) return emErrorInvalidValue;
+    const bool dst_on_device = kind != emMemcpyDeviceToHost;
+    const bool src_on_device = kind != emMemcpyHostToDevice;
+    if (!check_copy_side(dst, count, dst_on_device, dst_side)) {
+      return dst_on_device ? explain_unmapped(addr(dst), count)
+                           : emErrorInvalidValue;
+    }
+    if (!check_copy_side(src, count, src_on_device, src_side)) {
+      return src_on_device ? explain_unmapped(addr(src), count)
+                           : emErrorInvalidValue;
+    }
     for (auto* side : {&dst_side, &src_side}) {
       if (!side->empty()) allocs.push_back(side->front());
     }

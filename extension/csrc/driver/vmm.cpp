@@ -124,6 +124,16 @@ bool find_mapped_range(uintptr_t p, size_t count,
   return true;
 }
 
+emError_t explain_unmapped(uintptr_t p, size_t count) {
+  if (find_reservation(p, 1) == state().reservations.end()) {
+    return emErrorInvalidValue;
+  }
+  return fail(emErrorInvalidValue,
+              "[%p, +%zu) lies in a reservation but is not wholly mapped "
+              "(emMemMap)",
+              reinterpret_cast<void*>(p), count);
+}
+
 bool remap_pieces(const Region& r, int device, int fd) {
   for (const auto& [base, piece] : state().allocations) {
     if (piece->mapped && piece->device == device &&

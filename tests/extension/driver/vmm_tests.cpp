@@ -65,6 +65,7 @@ void test_vmm() {
   char* b = static_cast<char*>(base);
   unsigned char byte = 1;
   CHECK_EM(emMemcpy(b, &byte, 1, emMemcpyHostToDevice), emErrorInvalidValue);
+  CHECK(detail_has(emErrorInvalidValue, "lies in a reservation but is not"));
   void* const unmapped[] = {b};
   AddArgs args{reinterpret_cast<unsigned char*>(b), 1};
   CHECK_EM(emLaunchKernel(add_one_kernel, &args, unmapped, 1),
