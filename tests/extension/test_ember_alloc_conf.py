@@ -136,7 +136,10 @@ def run_child(
 
 SETTINGS = {
     "default": {},
-    "expandable": {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+    # With a split limit, which expandable segments' blocks ignore.
+    "expandable": {
+        "PYTORCH_ALLOC_CONF": "expandable_segments:True, max_split_size_mb:20"
+    },
     "split": {"PYTORCH_ALLOC_CONF": "max_split_size_mb:20"},
     # The deprecated variable still works (PyTorch 2.13 prints no warning for it).
     "gc": {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.5"},
@@ -202,6 +205,14 @@ def test_max_split_size_keeps_large_blocks_whole() -> None:
     assert limited["mid_allocated"] == 40 * MiB
     assert limited["oversize_allocations"] == 0
     assert limited["oversize_segments_after_empty"] == 0
+
+
+def test_blocks_of_expandable_segments_split_whatever_their_size() -> None:
+    split = numbers("expandable")["split"]
+    assert numbers("expandable")["max_split_size"] == 20 * MiB
+    # The freed 40 MiB block serves 4 MiB, then 30 MiB, split both times.
+    assert split["segments"] == 1 and split["reserved"] == 40 * MiB
+    assert split["mid_allocated"] == 30 * MiB
 
 
 def test_garbage_collection_threshold_releases_cached_segments_first() -> None:

@@ -11,6 +11,8 @@ namespace ember {
 struct AllocatorSettings {
   // max_split_size_mb, in bytes: a cached block this large is never split,
   // and serves only requests at least this large. Unlimited by default.
+  // Not for blocks of expandable segments: they split freely (their
+  // segment does not fragment into segments of every size).
   size_t max_split_size = std::numeric_limits<size_t>::max();
   // max_non_split_rounding_mb, in bytes: how much larger than an oversize
   // request a cached block may be and still serve it whole.

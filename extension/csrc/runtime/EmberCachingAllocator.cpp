@@ -121,7 +121,8 @@ class Cache {
     Block* block = nullptr;
     auto it = pool.lower_bound(&key);
     if (it != pool.end() && (*it)->stream == stream &&
-        (small || settings_.cachedBlockServes((*it)->size, size))) {
+        (small || (*it)->segment != nullptr ||
+         settings_.cachedBlockServes((*it)->size, size))) {
       block = *it; // a hit: no driver call
       eraseFree(cache, block);
     } else {
@@ -307,7 +308,8 @@ class Cache {
     const size_t rest = block->size - size;
     const bool whole = block->small
         ? rest < kBlockRound
-        : rest <= kMinLargeRemainder || settings_.isOversize(size);
+        : rest <= kMinLargeRemainder ||
+            (block->segment == nullptr && settings_.isOversize(size));
     if (whole) {
       return block; // too little to keep apart: the block is used whole
     }
@@ -689,12 +691,13 @@ struct CacheWalk {
     c10::CachingDeviceAllocator::SegmentInfo info;
     info.device = static_cast<c10::DeviceIndex>(head->device);
     info.address = reinterpret_cast<size_t>(head->ptr);
-    info.stream = reinterpret_cast<void*>(std::max<emStream_t>(head->stream, 0));
     info.is_large = !head->small;
     info.is_expandable = head->segment != nullptr;
-    if (head->stream < 0) { // a graph's pool (EmberGraph.cpp)
-      info.owner_private_pool_id = {static_cast<c10::CaptureId_t>(-head->stream),
-                                    0};
+    if (head->stream >= 0) {
+      info.stream = reinterpret_cast<void*>(head->stream);
+    } else { // a graph's pool (EmberGraph.cpp): no stream of its own
+      const auto pool = static_cast<c10::CaptureId_t>(-head->stream);
+      info.owner_private_pool_id = {pool, 0};
     }
     info.context_when_allocated = segmentContext(head->ptr);
     for (const Block* b = head; b != nullptr; b = b->next) {
