@@ -109,9 +109,7 @@ print(json.dumps(out))
 """
 
 
-def run_child(
-    env_vars: dict[str, str], code: str = SCENARIOS
-) -> subprocess.CompletedProcess[str]:
+def run_child(env_vars: dict[str, str], code: str = SCENARIOS) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -137,9 +135,7 @@ def run_child(
 SETTINGS = {
     "default": {},
     # With a split limit, which expandable segments' blocks ignore.
-    "expandable": {
-        "PYTORCH_ALLOC_CONF": "expandable_segments:True, max_split_size_mb:20"
-    },
+    "expandable": {"PYTORCH_ALLOC_CONF": "expandable_segments:True, max_split_size_mb:20"},
     "split": {"PYTORCH_ALLOC_CONF": "max_split_size_mb:20"},
     # The deprecated variable still works (PyTorch 2.13 prints no warning for it).
     "gc": {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.5"},
@@ -179,10 +175,7 @@ def test_expandable_segments_stop_fragmentation_from_growing_batches() -> None:
     assert expandable["reserved"] == 40 * MiB and expandable["segments"] == 1
     # The driver has committed exactly the mapped pages; empty_cache unmaps them.
     assert expandable["driver_bytes"] == expandable["driver_used"] == 40 * MiB
-    assert (
-        expandable["reserved_after_empty"] == 0
-        and expandable["driver_after_empty"] == 0
-    )
+    assert expandable["reserved_after_empty"] == 0 and expandable["driver_after_empty"] == 0
 
 
 def test_expandable_segments_are_one_per_stream() -> None:
@@ -236,19 +229,12 @@ MALFORMED = {
 @cache
 def malformed_children() -> dict[str, subprocess.CompletedProcess[str]]:
     with ThreadPoolExecutor(max_workers=len(MALFORMED)) as pool:
-        runs = [
-            pool.submit(run_child, {"PYTORCH_ALLOC_CONF": setting}, ALLOCATE)
-            for setting in MALFORMED
-        ]
-        return {
-            setting: run.result() for setting, run in zip(MALFORMED, runs, strict=True)
-        }
+        runs = [pool.submit(run_child, {"PYTORCH_ALLOC_CONF": setting}, ALLOCATE) for setting in MALFORMED]
+        return {setting: run.result() for setting, run in zip(MALFORMED, runs, strict=True)}
 
 
 @pytest.mark.parametrize(("setting", "reason"), MALFORMED.items())
-def test_a_malformed_setting_is_pytorchs_error_at_the_first_allocation(
-    setting: str, reason: str
-) -> None:
+def test_a_malformed_setting_is_pytorchs_error_at_the_first_allocation(setting: str, reason: str) -> None:
     child = malformed_children()[setting]
     assert child.returncode != 0
     last = child.stderr.strip().splitlines()[-1]
