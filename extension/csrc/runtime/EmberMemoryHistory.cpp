@@ -20,6 +20,11 @@
 
 namespace ember {
 
+namespace detail {
+std::atomic<bool> history_recording{false};
+std::atomic<int> history_when{0};
+} // namespace detail
+
 namespace {
 
 using c10::CachingDeviceAllocator::RecordContext;
@@ -54,10 +59,7 @@ struct Ring {
 };
 
 struct History {
-  // Read without the lock on every allocation: off costs two loads.
-  std::atomic<bool> recording{false};
-  std::atomic<int> when{static_cast<int>(RecordContext::NEVER)};
-  std::atomic<bool> cpp{false};
+  std::atomic<bool> cpp{false}; // gather C++ frames too
 
   std::mutex mutex; // the rest; taken inside the cache's lock, never around
   size_t max_entries = 1;
@@ -73,7 +75,7 @@ History& history() {
 
 RecordContext recordWhen() {
   return static_cast<RecordContext>(
-      history().when.load(std::memory_order_relaxed));
+      detail::history_when.load(std::memory_order_relaxed));
 }
 
 // Python frames only from a thread Python knows. PyTorch's operators release
@@ -109,12 +111,7 @@ void checkOption(const std::string& name, const std::string& value,
 
 } // namespace
 
-MemoryContext::MemoryContext(bool alloc) noexcept {
-  const RecordContext when = recordWhen();
-  if (when == RecordContext::NEVER ||
-      (!alloc && when != RecordContext::ALL)) {
-    return;
-  }
+void MemoryContext::begin() noexcept {
   active_ = true;
   previous_ = std::move(current_context);
   try {
@@ -124,29 +121,27 @@ MemoryContext::MemoryContext(bool alloc) noexcept {
   }
 }
 
-MemoryContext::~MemoryContext() {
-  if (active_) {
-    current_context = std::move(previous_);
-  }
+void MemoryContext::end() noexcept {
+  current_context = std::move(previous_);
 }
 
-void memoryEvent(MemoryAction action, int device, const void* ptr,
-                 size_t size, emStream_t stream,
-                 const c10::CachingDeviceAllocator::DeviceStats& stats) {
-  if (action == TraceEntry::ALLOC || action == TraceEntry::FREE_REQUESTED) {
-    // profile_memory=True: a no-op unless a profiler on this thread asks.
-    const auto bytes = static_cast<int64_t>(size);
-    c10::reportMemoryUsageToProfiler(
-        const_cast<void*>(ptr), action == TraceEntry::ALLOC ? bytes : -bytes,
-        stats.allocated_bytes[kAggregate].current,
-        stats.reserved_bytes[kAggregate].current,
-        c10::Device(c10::DeviceType::PrivateUse1,
-                    static_cast<c10::DeviceIndex>(device)));
-  }
+// profile_memory=True: a no-op unless a profiler on this thread asks.
+void reportMemoryToProfiler(
+    MemoryAction action, int device, const void* ptr, size_t size,
+    const c10::CachingDeviceAllocator::DeviceStats& stats) {
+  const auto bytes = static_cast<int64_t>(size);
+  c10::reportMemoryUsageToProfiler(
+      const_cast<void*>(ptr), action == TraceEntry::ALLOC ? bytes : -bytes,
+      stats.allocated_bytes[kAggregate].current,
+      stats.reserved_bytes[kAggregate].current,
+      c10::Device(c10::DeviceType::PrivateUse1,
+                  static_cast<c10::DeviceIndex>(device)));
+}
+
+void recordMemoryEvent(MemoryAction action, int device, const void* ptr,
+                       size_t size, emStream_t stream,
+                       const c10::CachingDeviceAllocator::DeviceStats& stats) {
   History& h = history();
-  if (!h.recording.load(std::memory_order_relaxed)) {
-    return;
-  }
   const RecordContext when = recordWhen();
   std::lock_guard<std::mutex> lock(h.mutex);
   const Context& context = current_context;
@@ -192,7 +187,7 @@ void memoryEvent(MemoryAction action, int device, const void* ptr,
 }
 
 bool memoryHistoryEnabled() {
-  return history().recording.load(std::memory_order_relaxed);
+  return detail::history_recording.load(std::memory_order_relaxed);
 }
 
 Context blockContext(const void* ptr) {
@@ -252,8 +247,8 @@ void recordMemoryHistory(const std::optional<std::string>& enabled,
   }
   h.max_entries = entries;
   h.cpp.store(cpp);
-  h.when.store(static_cast<int>(when));
-  h.recording.store(on);
+  detail::history_when.store(static_cast<int>(when));
+  detail::history_recording.store(on);
 }
 
 std::vector<std::vector<TraceEntry>> memoryTraces(int devices) {

@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -19,29 +20,66 @@ namespace ember {
 
 using MemoryAction = c10::CachingDeviceAllocator::TraceEntry::Action;
 
+namespace detail {
+// Read on every allocation and free, without a lock: with history off, the
+// hooks below cost a load each (inline) and make no call.
+extern std::atomic<bool> history_recording;
+extern std::atomic<int> history_when; // a RecordContext
+} // namespace detail
+
 // The caller's stack, gathered when history asks for one. The cache opens
 // one of these before it takes its lock: gathering Python frames needs the
 // GIL, and a thread that holds the GIL may be waiting for the cache's lock.
 // While it lives, the cache's events on this thread carry its stack.
 class MemoryContext {
  public:
-  explicit MemoryContext(bool alloc) noexcept;
-  ~MemoryContext();
+  explicit MemoryContext(bool alloc) noexcept {
+    using c10::CachingDeviceAllocator::RecordContext;
+    const auto when = static_cast<RecordContext>(
+        detail::history_when.load(std::memory_order_relaxed));
+    if (when != RecordContext::NEVER &&
+        (alloc || when == RecordContext::ALL)) {
+      begin();
+    }
+  }
+  ~MemoryContext() {
+    if (active_) {
+      end();
+    }
+  }
   MemoryContext(const MemoryContext&) = delete;
   MemoryContext& operator=(const MemoryContext&) = delete;
 
  private:
+  void begin() noexcept;
+  void end() noexcept;
+
   std::shared_ptr<c10::GatheredContext> previous_;
   bool active_ = false;
 };
+
+// The profiler's half (profile_memory=True) and the history's half.
+void reportMemoryToProfiler(MemoryAction action, int device, const void* ptr,
+                            size_t size,
+                            const c10::CachingDeviceAllocator::DeviceStats& s);
+void recordMemoryEvent(MemoryAction action, int device, const void* ptr,
+                       size_t size, emStream_t stream,
+                       const c10::CachingDeviceAllocator::DeviceStats& s);
 
 // One event of the device cache, called under the cache's lock. `stats` are
 // the device's statistics after the event. Allocations and frees are
 // reported to the profiler (profile_memory=True); with history on, the event
 // joins the device's trace and a block's or segment's stack is kept.
-void memoryEvent(MemoryAction action, int device, const void* ptr,
-                 size_t size, emStream_t stream,
-                 const c10::CachingDeviceAllocator::DeviceStats& stats);
+inline void memoryEvent(MemoryAction action, int device, const void* ptr,
+                        size_t size, emStream_t stream,
+                        const c10::CachingDeviceAllocator::DeviceStats& stats) {
+  if (action == MemoryAction::ALLOC || action == MemoryAction::FREE_REQUESTED) {
+    reportMemoryToProfiler(action, device, ptr, size, stats);
+  }
+  if (detail::history_recording.load(std::memory_order_relaxed)) {
+    recordMemoryEvent(action, device, ptr, size, stream, stats);
+  }
+}
 
 // Whether history is being recorded (the walk then adds a "snapshot" entry).
 bool memoryHistoryEnabled();
