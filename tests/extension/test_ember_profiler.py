@@ -137,6 +137,29 @@ def test_an_asynchronous_copy_is_timed_on_its_stream() -> None:
     assert len(copies) == 1 and copies[0].time_range.elapsed_us() >= 0
 
 
+def test_a_sleep_and_an_event_record_are_on_their_stream(tmp_path: Path) -> None:
+    side = torch.ember.Stream()
+    a = torch.randn(16, 16, device="ember")
+
+    def work() -> None:
+        with torch.ember.stream(side):
+            torch.ember._sleep(3000)
+            done = torch.ember.Event()
+            done.record()
+        torch.ember.current_stream().wait_event(done)
+        a.mul(2)  # on the default stream, after the side stream's sleep
+        torch.ember.synchronize()
+
+    trace = chrome_trace(profiled(work), tmp_path)
+    sleep = [k for k in of_category(trace, "kernel") if k["name"] == "ember_sleep"]
+    assert len(sleep) == 1 and sleep[0]["tid"] == side.stream_id and sleep[0]["dur"] >= 3000
+    records = of_category(trace, "cuda_sync")
+    assert [(r["name"], r["tid"]) for r in records] == [("Event Record (ember)", side.stream_id)]
+    (mul,) = [k for k in of_category(trace, "kernel") if k["name"] == "ember_mul"]
+    assert records[0]["ts"] >= sleep[0]["ts"] + sleep[0]["dur"] - 1  # reached after the sleep
+    assert mul["ts"] >= records[0]["ts"] and mul["tid"] == 0
+
+
 def test_the_second_device_has_its_own_events() -> None:
     a = torch.randn(16, 16, device="ember:1")
     prof = profiled(lambda: a @ a)

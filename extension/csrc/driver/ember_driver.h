@@ -163,11 +163,13 @@ emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
 // Activity records: what a profiler needs (CUPTI's activity API in small).
 // The event callback above says what was asked, when it was asked; an
 // activity says when the device did it. While an activity callback is
-// installed, the driver times each kernel (emLaunchKernel, by value) and
-// each copy (emMemcpy, and an emMemcpyAsync when its stream's worker runs
-// it) and reports it once done, on the thread that did it (a worker's, for
-// asynchronous work), with no driver lock held. Times are wall clock, in
-// nanoseconds since the Unix epoch (what profilers put on one time line).
+// installed, the driver times each kernel (emLaunchKernel, by value), each
+// copy (emMemcpy, and an emMemcpyAsync when its stream's worker runs it),
+// each emSleepAsync and each sync event record (when its stream reaches it:
+// start == end), and reports it once done, on the thread that did it (a
+// worker's, for asynchronous work), with no driver lock held. Times are
+// wall clock, in nanoseconds since the Unix epoch (what profilers put on one
+// time line).
 // With no activity callback installed, the cost is one atomic load per call.
 //
 // Correlation: a tool pushes its own id (an operator's) on the calling
@@ -176,7 +178,9 @@ emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
 // Graph replays (emGraphLaunch) are not reported.
 typedef enum emActivityKind {
   emActivityKernel = 0,
-  emActivityMemcpy = 1
+  emActivityMemcpy = 1,
+  emActivitySleep = 2,
+  emActivitySyncEventRecord = 3
 } emActivityKind;
 
 typedef struct emActivity {
@@ -193,7 +197,8 @@ typedef struct emActivity {
                             // valid during the callback only
   emMemcpyKind memcpy_kind; // memcpy only
   size_t bytes;             // memcpy only
-  int async;                // 1: emMemcpyAsync
+  int async;                // 1: queued work (all but kernels, emMemcpy)
+  emSyncEvent_t sync_event; // event record only
 } emActivity;
 
 typedef void (*emActivityCallback)(const emActivity* activity, void* user);

@@ -78,6 +78,10 @@ emError_t emSyncEventDestroy(emSyncEvent_t event) {
 emError_t emSyncEventRecord(emSyncEvent_t event, int device,
                             emStream_t stream) {
   clear_detail();
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
+  Stream* reached = nullptr; // the stream, if it reached the event at once
+  uint64_t reached_ns = 0;
   const emError_t status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     SyncEventPtr e;
@@ -96,17 +100,27 @@ emError_t emSyncEventRecord(emSyncEvent_t event, int device,
     const uint64_t generation = ++e->recorded;
     if (s->idle()) {
       // Nothing ahead of it: the stream reaches the event now.
+      if (issue.start_ns != 0) reached_ns = now_ns();
       complete_record(*e, generation);
       notify_progress();
+      reached = s;
       return emSuccess;
     }
     Op op;
     op.kind = Op::kRecord;
     op.event = std::move(e);
     op.generation = generation;
+    if (issue.start_ns != 0) {
+      op.issue = issue;
+      op.issue.end_ns = now_ns();
+    }
     enqueue(s, std::move(op));
     return emSuccess;
   });
+  if (reached != nullptr && issue.start_ns != 0) {
+    report_stream_work(emActivitySyncEventRecord, *reached, reached_ns, issue,
+                       event);
+  }
   if (status == emSuccess && kind_enabled(emEventSyncEventRecord)) {
     emEvent record = make_event(emEventSyncEventRecord, device, 0, nullptr);
     record.stream = stream;

@@ -290,7 +290,7 @@ struct Op {
   // kRecord, kWait
   SyncEventPtr event;
   uint64_t generation = 0;
-  // kCopy, queued while activities were on (tracer.cpp): who issued it.
+  // Queued while activities were on (tracer.cpp): who issued it.
   ActivityIssue issue;
   emMemcpyKind copy_kind = emMemcpyHostToDevice;
 };
@@ -415,6 +415,11 @@ void report_activity(emActivity& activity, const ActivityIssue& issue);
 void report_copy(int device, emStream_t stream, emMemcpyKind kind,
                  size_t bytes, uint64_t started, const ActivityIssue& issue,
                  int async = 0);
+// Reports queued work of `kind` that `s` ran: a sleep from `started` until
+// now, an event record reached at `started`.
+void report_stream_work(emActivityKind kind, const Stream& s,
+                        uint64_t started, const ActivityIssue& issue,
+                        emSyncEvent_t event = 0);
 // Takes (and clears) the thread's emSetNextLaunchName.
 const char* take_launch_name();
 

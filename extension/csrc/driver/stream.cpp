@@ -114,7 +114,15 @@ void worker_main(Stream* s) {
     s->queue.pop_front();
     s->running = true;
     if (op.kind == Op::kRecord) {
+      // Timed before anyone waiting can see the event complete.
+      const uint64_t reached = op.issue.start_ns != 0 ? now_ns() : 0;
       complete_record(*op.event, op.generation);
+      if (reached != 0) {
+        lock.unlock(); // the callback runs with no driver lock held
+        report_stream_work(emActivitySyncEventRecord, *s, reached, op.issue,
+                           op.event->id);
+        lock.lock();
+      }
     } else if (op.kind != Op::kWait) {
       lock.unlock();
       if (op.kind == Op::kCopy) {
@@ -125,7 +133,11 @@ void worker_main(Stream* s) {
                       op.issue, /*async=*/1);
         }
       } else {
+        const uint64_t started = op.issue.start_ns != 0 ? now_ns() : 0;
         std::this_thread::sleep_for(std::chrono::microseconds(op.microseconds));
+        if (started != 0) {
+          report_stream_work(emActivitySleep, *s, started, op.issue);
+        }
       }
       // Released without the lock: the last reference returns the range.
       op.allocs.clear();
@@ -343,6 +355,8 @@ emError_t emSetStream(int device, emStream_t stream) {
 emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
                         emMemcpyKind kind, int device, emStream_t stream) {
   clear_detail();
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
   std::vector<AllocationPtr> allocs;
   emError_t status = check_copy(dst, src, count, kind, allocs);
   if (status != emSuccess) return status;
@@ -365,9 +379,9 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
     op.count = count;
     op.allocs = std::move(allocs);
     op.copy_kind = kind;
-    if (activities_enabled()) {
-      op.issue = begin_issue();
-      op.issue.end_ns = op.issue.start_ns; // queuing takes no time to show
+    if (issue.start_ns != 0) {
+      op.issue = issue;
+      op.issue.end_ns = now_ns(); // the call's span: checked and queued
     }
     enqueue(s, std::move(op));
     return emSuccess;
@@ -378,6 +392,8 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
 
 emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream) {
   clear_detail();
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
   const emError_t status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
@@ -387,6 +403,10 @@ emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream) {
     Op op;
     op.kind = Op::kSleep;
     op.microseconds = microseconds;
+    if (issue.start_ns != 0) {
+      op.issue = issue;
+      op.issue.end_ns = now_ns();
+    }
     enqueue(s, std::move(op));
     return emSuccess;
   });

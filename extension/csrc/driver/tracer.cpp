@@ -104,6 +104,20 @@ void report_copy(int device, emStream_t stream, emMemcpyKind kind,
   report_activity(activity, issue);
 }
 
+void report_stream_work(emActivityKind kind, const Stream& s,
+                        uint64_t started, const ActivityIssue& issue,
+                        emSyncEvent_t event) {
+  emActivity activity{};
+  activity.kind = kind;
+  activity.device = s.device;
+  activity.stream = s.id;
+  activity.start_ns = started;
+  activity.end_ns = kind == emActivitySyncEventRecord ? started : now_ns();
+  activity.async = 1;
+  activity.sync_event = event;
+  report_activity(activity, issue);
+}
+
 const char* take_launch_name() {
   return std::exchange(next_launch_name, nullptr);
 }

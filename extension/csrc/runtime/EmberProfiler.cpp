@@ -124,10 +124,36 @@ const char* copyName(emMemcpyKind kind) {
 }
 
 const char* runtimeName(const emActivity& activity) {
-  if (activity.kind == emActivityKernel) {
-    return "emLaunchKernel";
+  switch (activity.kind) {
+    case emActivityKernel:
+      return "emLaunchKernel";
+    case emActivitySleep:
+      return "emSleepAsync";
+    case emActivitySyncEventRecord:
+      return "emSyncEventRecord";
+    case emActivityMemcpy:
+      break;
   }
   return activity.async ? "emMemcpyAsync" : "emMemcpy";
+}
+
+// How Kineto shows each kind of record, and under which name. A sleep keeps
+// its stream busy like a kernel (torch.cuda._sleep is one); an event record
+// is a point on its stream, a synchronization activity as CUDA's are.
+std::pair<ActivityType, std::string> shownAs(
+    const Record& record,
+    const libkineto::ITraceActivity* op) {
+  switch (record.activity.kind) {
+    case emActivityKernel:
+      return {ActivityType::CONCURRENT_KERNEL, kernelName(record, op)};
+    case emActivitySleep:
+      return {ActivityType::CONCURRENT_KERNEL, "ember_sleep"};
+    case emActivitySyncEventRecord:
+      return {ActivityType::CUDA_SYNC, "Event Record (ember)"};
+    case emActivityMemcpy:
+      break;
+  }
+  return {ActivityType::GPU_MEMCPY, copyName(record.activity.memcpy_kind)};
 }
 
 class EmberSession : public libkineto::IActivityProfilerSession {
@@ -228,8 +254,8 @@ void EmberSession::processTrace(
   uint32_t flow = 0;
   for (const Record& record : records_) {
     const emActivity& a = record.activity;
-    const bool kernel = a.kind == emActivityKernel;
-    if (kernel ? !kernels_ : !copies_) {
+    const bool copy = a.kind == emActivityMemcpy;
+    if (copy ? !copies_ : !kernels_) {
       continue;
     }
     // Kineto's correlation ids are 32-bit, the ids pushed 64-bit.
@@ -238,10 +264,8 @@ void EmberSession::processTrace(
         getLinkedActivity && correlation != 0 ? getLinkedActivity(correlation)
                                               : nullptr;
     ++flow;
-    auto& device = kernel ? add(ActivityType::CONCURRENT_KERNEL,
-                                kernelName(record, op))
-                          : add(ActivityType::GPU_MEMCPY,
-                                copyName(a.memcpy_kind));
+    auto [type, name] = shownAs(record, op);
+    auto& device = add(type, std::move(name));
     device.startTime = static_cast<int64_t>(a.start_ns);
     device.endTime = static_cast<int64_t>(a.end_ns);
     device.id = correlation;
@@ -251,8 +275,11 @@ void EmberSession::processTrace(
     device.linked = op;
     device.addMetadata("stream", a.stream);
     device.addMetadata("device", a.device);
-    if (!kernel) {
+    if (copy) {
       device.addMetadata("bytes", a.bytes);
+    }
+    if (a.kind == emActivitySyncEventRecord) {
+      device.addMetadata("event", a.sync_event);
     }
     streams_[{a.device, a.stream}] = true;
     if (runtime_) {

@@ -86,13 +86,34 @@ void test_activities() {
     CHECK(log.seen.empty()); // queued behind the sleep
   }
   CHECK_OK(emStreamSynchronize(1, s));
-  CHECK(log.seen.size() == 1);
-  const emActivity& a = log.seen[0].activity;
+  CHECK(log.seen.size() == 2);
+  const emActivity& z = log.seen[0].activity; // the sleep, as long as asked
+  CHECK(z.kind == emActivitySleep && z.end_ns - z.start_ns >= 2000000);
+  CHECK(z.device == 1 && z.stream == s && z.correlation_id == 41);
+  const emActivity& a = log.seen[1].activity;
   CHECK(a.kind == emActivityMemcpy && a.async == 1 && a.bytes == 32);
   CHECK(a.device == 1 && a.stream == s && a.correlation_id == 41);
   CHECK(a.memcpy_kind == emMemcpyDeviceToHost);
-  CHECK(a.issue_end_ns <= a.start_ns); // queued, then run
-  CHECK(log.seen[0].thread != std::this_thread::get_id());
+  CHECK(a.issue_end_ns <= a.start_ns && z.end_ns <= a.start_ns);
+  CHECK(log.seen[1].thread != std::this_thread::get_id());
+
+  // An event record: when its stream reaches it (at once if idle).
+  emSyncEvent_t e = 0;
+  CHECK_OK(emSyncEventCreate(1, &e, emSyncEventDefault));
+  log.seen.clear();
+  CHECK_OK(emSyncEventRecord(e, 1, s)); // idle: reached now
+  CHECK_OK(emSleepAsync(1000, 1, s));
+  CHECK_OK(emSyncEventRecord(e, 1, s)); // reached by the worker
+  CHECK_OK(emSyncEventSynchronize(e));
+  CHECK_OK(emStreamSynchronize(1, s));
+  CHECK(log.seen.size() == 3);
+  const emActivity& r0 = log.seen[0].activity;
+  const emActivity& r1 = log.seen[2].activity;
+  CHECK(r0.kind == emActivitySyncEventRecord && r0.sync_event == e);
+  CHECK(r0.start_ns == r0.end_ns && r0.stream == s && r0.device == 1);
+  CHECK(r1.kind == emActivitySyncEventRecord && r1.sync_event == e);
+  CHECK(r1.start_ns >= log.seen[1].activity.end_ns); // after the sleep
+  CHECK_OK(emSyncEventDestroy(e));
 
   // The stack is per thread; popping an empty one fails.
   CHECK_EM(emActivityPopCorrelationId(nullptr), emErrorInvalidValue);
