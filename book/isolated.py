@@ -116,11 +116,17 @@ class IsolatedResult:
         printer.text(str(self))  # type: ignore[attr-defined]
 
 
-def run_isolated(code: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> IsolatedResult:
+def run_isolated(
+    code: str,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    env: dict[str, str] | None = None,
+) -> IsolatedResult:
     """Run `code` in a fresh Python process that has the current ember build loaded.
 
     The code sees `torch`, `ctypes` and `driver` (the ember driver as a
-    ctypes library, with the argument types of its entry points set).
+    ctypes library, with the argument types of its entry points set). `env` adds
+    environment variables for the child, such as settings read once at startup
+    (`PYTORCH_ALLOC_CONF`).
     """
     build = builder.loaded()
     backend = torch._C._get_privateuse1_backend_name()
@@ -134,8 +140,13 @@ def run_isolated(code: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Isolate
     )
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: the child's `import torch` must not load the installed
     # torch_ember next to the build (book/autoload.py; `import book` set it here already).
-    environment = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    environment.pop("PYTHONFAULTHANDLER", None)  # its report holds addresses and thread ids
+    environment = dict(
+        os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0"
+    )
+    environment.pop(
+        "PYTHONFAULTHANDLER", None
+    )  # its report holds addresses and thread ids
+    environment.update(env or {})
     try:
         child = subprocess.run(
             [sys.executable, "-c", script],

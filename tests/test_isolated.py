@@ -9,6 +9,7 @@ traceback, SIGSEGV, timeout) are in test_chapter01_support.py.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -47,7 +48,9 @@ def test_a_backward_on_ember_exits_cleanly_every_time() -> None:
 
 def test_the_child_ends_without_interpreter_shutdown() -> None:
     # atexit handlers belong to the shutdown the child skips.
-    result = run_isolated("import atexit\natexit.register(print, 'at exit')\nprint('done')")
+    result = run_isolated(
+        "import atexit\natexit.register(print, 'at exit')\nprint('done')"
+    )
     assert result.ok, str(result)
     assert result.stdout == "done\n"
 
@@ -100,6 +103,15 @@ def test_non_daemon_threads_are_waited_for() -> None:
 
 
 def test_a_crash_still_reports_its_signal() -> None:
-    result = run_isolated("import ctypes\nprint('before')\nctypes.string_at(0)\nprint('not reached')")
+    result = run_isolated(
+        "import ctypes\nprint('before')\nctypes.string_at(0)\nprint('not reached')"
+    )
     assert result.signal == "SIGSEGV"
     assert result.stdout == "before\n"
+
+
+def test_the_child_gets_the_extra_environment_and_the_parent_keeps_its_own() -> None:
+    code = "import os\nprint(os.environ.get('PYTORCH_ALLOC_CONF'))"
+    result = run_isolated(code, env={"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    assert result.stdout == "expandable_segments:True\n", str(result)
+    assert "PYTORCH_ALLOC_CONF" not in os.environ
