@@ -29,6 +29,7 @@ from torch.profiler import ProfilerActivity, profile
 
 memory = torch.ember.memory  # the functions under test, where users find them
 Snapshot = dict[str, Any]
+BLOCK_ACTIONS = ("alloc", "free_requested", "free_completed")
 
 
 @pytest.fixture(autouse=True)
@@ -414,3 +415,27 @@ def test_threads_allocating_while_snapshots_are_taken_do_not_deadlock() -> None:
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["True", "True", "True", "1000"]
+
+
+def test_a_block_another_stream_may_still_use_is_pending_until_its_event_completes() -> None:
+    memory._record_memory_history("all", stacks="python")
+    side = torch.ember.Stream()
+    y = _make_tensor(1000)
+    address = y.data_ptr()
+    y.record_stream(side)  # freed, it waits for an event recorded on `side`
+    del y
+    snapshot = memory._snapshot()
+    (segment,) = [s for s in snapshot["segments"] if any(b["address"] == address for b in s["blocks"])]
+    (block,) = [b for b in segment["blocks"] if b["address"] == address]
+    assert block["state"] == "active_pending_free"
+    assert block["frames"][0]["name"] == "_make_tensor"  # still the allocating stack
+    assert segment["active_size"] - segment["allocated_size"] == 1024
+
+    def block_actions(snapshot: Snapshot) -> list[str]:
+        return [
+            e["action"] for e in _trace(snapshot) if e["action"] in BLOCK_ACTIONS and e["addr"] == address
+        ]
+
+    assert block_actions(snapshot) == ["alloc", "free_requested"]
+    _make_tensor(1)  # the cache finds the event complete at its next allocation
+    assert block_actions(memory._snapshot())[:3] == ["alloc", "free_requested", "free_completed"]
