@@ -160,11 +160,15 @@ def test_a_sleep_and_an_event_record_are_on_their_stream(tmp_path: Path) -> None
     assert mul["ts"] >= records[0]["ts"] and mul["tid"] == 0
 
 
-def test_the_second_device_has_its_own_events() -> None:
+def test_the_second_device_has_its_own_events(tmp_path: Path) -> None:
     a = torch.randn(16, 16, device="ember:1")
     prof = profiled(lambda: a @ a)
     kernels = [e for e in device_events(prof) if e.name == "ember_mm"]
     assert [k.device_index for k in kernels] == [1]
+    trace = chrome_trace(prof, tmp_path)
+    assert [k["pid"] for k in of_category(trace, "kernel")] == [1]
+    labels = {e["pid"]: e["args"]["labels"] for e in trace if e.get("name") == "process_labels"}
+    assert labels[1] == "ember 1"
 
 
 def test_cpu_activity_alone_records_no_device_events() -> None:

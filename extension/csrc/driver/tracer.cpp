@@ -22,6 +22,11 @@ struct CallbackSlot {
   std::mutex mutex;
   emEventCallback callback = nullptr;
   void* user = nullptr;
+  // The activity callback, beside the event callback: a profiler and the
+  // book's dispatch trace can watch at once. Under the same mutex, which
+  // fork.cpp holds across fork().
+  emActivityCallback activity_callback = nullptr;
+  void* activity_user = nullptr;
 };
 
 CallbackSlot& callback_slot() {
@@ -32,15 +37,6 @@ CallbackSlot& callback_slot() {
 
 // The kinds reported (emSetEventKindEnabled); kinds 0..3 start enabled.
 std::atomic<uint32_t> enabled_kinds{0xFu};
-
-// The activity callback, apart from the event callback: a profiler and the
-// book's dispatch trace can watch at once. Same discipline (copied out under
-// the mutex, called without it).
-CallbackSlot& activity_slot() {
-  static CallbackSlot* const instance = new CallbackSlot(); // never destroyed
-  return *instance;
-}
-emActivityCallback activity_callback = nullptr; // guarded by activity_slot
 
 // The thread's correlation stack (emActivityPushCorrelationId) and its next
 // launch's name (emSetNextLaunchName).
@@ -76,10 +72,10 @@ void report_activity(emActivity& activity, const ActivityIssue& issue) {
   emActivityCallback callback = nullptr;
   void* user = nullptr;
   {
-    CallbackSlot& slot = activity_slot();
+    CallbackSlot& slot = callback_slot();
     std::lock_guard<std::mutex> lock(slot.mutex);
-    callback = activity_callback;
-    user = slot.user;
+    callback = slot.activity_callback;
+    user = slot.activity_user;
   }
   if (callback == nullptr || issue.start_ns == 0) return;
   activity.issue_start_ns = issue.start_ns;
@@ -171,10 +167,10 @@ emError_t emSetEventCallback(emEventCallback callback, void* user) {
 }
 
 emError_t emSetActivityCallback(emActivityCallback callback, void* user) {
-  CallbackSlot& slot = activity_slot();
+  CallbackSlot& slot = callback_slot();
   std::lock_guard<std::mutex> lock(slot.mutex);
-  activity_callback = callback;
-  slot.user = user;
+  slot.activity_callback = callback;
+  slot.activity_user = user;
   activities_on.store(callback != nullptr, std::memory_order_relaxed);
   return emSuccess;
 }

@@ -193,9 +193,10 @@ class EmberSession : public libkineto::IActivityProfilerSession {
                     libkineto::getLinkedActivityCallback getLinkedActivity,
                     int64_t startTime, int64_t endTime) override;
 
+  // Kineto asks a session for one device's row name: ember 0's. The other
+  // devices that did work are named in processTrace.
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
-    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{
-        0, 0, "ember", "ember 0"});
+    return std::make_unique<libkineto::DeviceInfo>(deviceInfo(0));
   }
 
   // One track per (device, stream) that did work: Kineto shows a resource
@@ -227,6 +228,13 @@ class EmberSession : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  // A device's row in the trace: Kineto puts device d's activities under
+  // process id d.
+  static libkineto::DeviceInfo deviceInfo(int64_t device) {
+    return libkineto::DeviceInfo{
+        device, device, "ember", "ember " + std::to_string(device)};
+  }
+
   libkineto::GenericTraceActivity& add(ActivityType type, std::string name) {
     buffer_->emplace_activity(buffer_->span, type, std::move(name));
     return *buffer_->activities.back();
@@ -301,6 +309,14 @@ void EmberSession::processTrace(
       logger.handleGenericActivity(host);
     }
     logger.handleGenericActivity(device);
+  }
+  std::set<int64_t> devices;
+  for (const auto& [key, unused] : streams_) {
+    devices.insert(key.first);
+  }
+  devices.erase(0); // getDeviceInfo's
+  for (const int64_t d : devices) {
+    logger.handleDeviceInfo(deviceInfo(d), startTime);
   }
   records_.clear();
 }
