@@ -281,8 +281,6 @@ void EmberSession::processTrace(
     device.resource = static_cast<int32_t>(a.stream);
     device.threadId = static_cast<int32_t>(a.stream);
     device.linked = op;
-    device.addMetadata("stream", a.stream);
-    device.addMetadata("device", a.device);
     if (copy) {
       device.addMetadata("bytes", a.bytes);
     }
