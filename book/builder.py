@@ -170,9 +170,20 @@ def build(parts: list[CppPart], chapter: str | None = None) -> Build:
         if previous is not None:  # put the reader's last working backend back
             _load_library(previous)
             _LOADED = previous
+            _attach_to_device_module(previous)
         raise
     _LOADED = new
+    _attach_to_device_module(new)
     return new
+
+
+def _attach_to_device_module(build: Build) -> None:
+    """Point the device module's backend entry points (memory history, host memory
+    statistics: `torch_ember/device_module/backend.py`) at the loaded build, if the
+    module is loaded (chapter 01 on)."""
+    module = sys.modules.get("ember_book.device_module")
+    if module is not None and hasattr(module, "backend"):
+        module.backend.attach_backend(build._handle)
 
 
 def compile_library(name: str, source: str, directory: Path, extra_ldflags: list[str] = ()) -> Path:

@@ -3,6 +3,8 @@ them is pending, `empty_host_cache`, its statistics under `torch.cuda`'s keys, i
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from collections.abc import Iterator
 
 import pytest
@@ -31,12 +33,18 @@ def test_a_freed_block_is_reused_and_the_stats_count_a_hit() -> None:
     address = first.data_ptr()
     del first
     before = stats()
-    assert before["allocations.current"] - before["active_requests.current"] == 1  # cached
+    assert (
+        before["allocations.current"] - before["active_requests.current"] == 1
+    )  # cached
     second = torch.empty(MIB_FLOATS, pin_memory=True)
     after = stats()
     assert second.data_ptr() == address
-    assert after["num_host_alloc"] == before["num_host_alloc"]  # no new block from the OS
-    assert after["active_requests.allocated"] == before["active_requests.allocated"] + 1  # a hit
+    assert (
+        after["num_host_alloc"] == before["num_host_alloc"]
+    )  # no new block from the OS
+    assert (
+        after["active_requests.allocated"] == before["active_requests.allocated"] + 1
+    )  # a hit
     assert after["host_alloc_time.count"] == before["host_alloc_time.count"]
 
 
@@ -119,13 +127,19 @@ def test_empty_host_cache_returns_the_cached_blocks_to_the_os() -> None:
     torch.ember.empty_host_cache()
     after = stats()
     assert after["num_host_free"] == before["num_host_free"] + 3
-    assert after["allocated_bytes.current"] == after["active_bytes.current"] == before["active_bytes.current"]
+    assert (
+        after["allocated_bytes.current"]
+        == after["active_bytes.current"]
+        == before["active_bytes.current"]
+    )
     assert after["host_free_time.count"] == before["host_free_time.count"] + 3
     assert kept.is_pinned()  # a live tensor keeps its block
 
 
 def test_torch_accelerator_empty_host_cache_empties_embers_cache() -> None:
-    torch.ones(1, device="ember")  # PyTorch skips the host cache of a device not yet initialized
+    torch.ones(
+        1, device="ember"
+    )  # PyTorch skips the host cache of a device not yet initialized
     torch.empty(MIB_FLOATS, pin_memory=True)  # allocated and freed: cached
     free = stats()["num_host_free"]
     torch.accelerator.empty_host_cache()
@@ -142,7 +156,12 @@ def test_the_stats_have_torch_cudas_keys() -> None:
     keys = set(stats())
     expected = {
         f"{name}.{field}"
-        for name in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+        for name in (
+            "allocations",
+            "allocated_bytes",
+            "active_requests",
+            "active_bytes",
+        )
         for field in ("current", "peak", "allocated", "freed")
     }
     expected |= {
@@ -182,7 +201,29 @@ def test_without_torch_embers_library_the_functions_say_what_is_missing(
         lib = Library()
 
     monkeypatch.setattr(devices, "_driver", Driver())
-    with pytest.raises(RuntimeError, match="emberHostMemoryStats is not in the library"):
+    with pytest.raises(
+        RuntimeError, match="the loaded backend has no emberHostMemoryStats"
+    ):
         torch.ember.host_memory_stats()
-    with pytest.raises(RuntimeError, match="emberEmptyHostCache is not in the library"):
+    with pytest.raises(
+        RuntimeError, match="the loaded backend has no emberEmptyHostCache"
+    ):
         torch.ember.empty_host_cache()
+
+
+def test_an_attached_backend_is_where_entry_points_are_looked_up() -> None:
+    # A chapter's build attaches itself (book.build()); the package uses its _C, the
+    # library its driver comes from.
+    from torch_ember.device_module import backend
+
+    backend.attach_backend(
+        ctypes.CDLL(ctypes.util.find_library("m"))
+    )  # no entry points
+    try:
+        with pytest.raises(
+            RuntimeError, match="the loaded backend has no emberMemorySnapshot"
+        ):
+            torch.ember.memory._snapshot()
+    finally:
+        backend.attach_backend(None)
+    assert "segments" in torch.ember.memory._snapshot()

@@ -1,5 +1,8 @@
-// torch.ember.memory's history and snapshots: the bindings behind
-// _record_memory_history and _snapshot (device_module/memory.py).
+// torch.ember.memory's history and snapshots: the C entry points behind
+// _record_memory_history and _snapshot (device_module/memory.py), which calls
+// them through ctypes (a PyDLL: they run holding the GIL and return Python
+// objects). C entry points, not a pybind11 module, so that the same Python
+// calls a chapter's backend, which load_inline builds as a plain library.
 //
 // The snapshot is the dictionary torch.cuda.memory._snapshot() returns, key
 // for key (torch/csrc/cuda/memory_snapshot.cpp): "segments", each with its
@@ -7,6 +10,7 @@
 // "allocator_settings". So torch.cuda._memory_viz and the viewer at
 // pytorch.org/memory_viz read it as they read CUDA's.
 #include <c10/core/AllocatorConfig.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -177,15 +181,29 @@ py::dict memorySnapshot() {
 }
 
 } // namespace
+} // namespace ember
 
-void registerMemoryBindings(py::module& m) {
-  m.def("_record_memory_history", &recordMemoryHistory, py::arg("enabled"),
-        py::arg("context"), py::arg("stacks"), py::arg("max_entries"),
-        py::arg("clear_history") = false,
-        "torch.ember.memory._record_memory_history's C++ half");
-  m.def("_memory_snapshot", &memorySnapshot,
-        "the device cache's segments and the recorded history, as "
-        "torch.cuda.memory._snapshot() returns CUDA's");
+// enabled, context: nullptr for None. Returns None, or nullptr with the
+// Python exception set (HANDLE_TH_ERRORS turns c10::Error into RuntimeError,
+// c10::ValueError into ValueError, ...).
+extern "C" PyObject* emberRecordMemoryHistory(const char* enabled,
+                                              const char* context,
+                                              const char* stacks,
+                                              size_t max_entries,
+                                              int clear_history) {
+  HANDLE_TH_ERRORS
+  auto optional = [](const char* text) {
+    return text == nullptr ? std::nullopt : std::optional<std::string>(text);
+  };
+  ember::recordMemoryHistory(optional(enabled), optional(context), stacks,
+                             max_entries, clear_history != 0);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
 }
 
-} // namespace ember
+// The snapshot dict, as torch.cuda.memory._snapshot() returns CUDA's.
+extern "C" PyObject* emberMemorySnapshot() {
+  HANDLE_TH_ERRORS
+  return ember::memorySnapshot().release().ptr();
+  END_HANDLE_TH_ERRORS
+}

@@ -26,8 +26,6 @@
 namespace ember {
 // The backend's boxed fallback (csrc/aten/EmberFallback.cpp).
 void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// Memory history and snapshots (EmberMemoryBindings.cpp).
-void registerMemoryBindings(pybind11::module& m);
 } // namespace ember
 
 namespace {
@@ -64,5 +62,4 @@ PYBIND11_MODULE(_C, m) {
         "a + b through ember's CPU fallback (for benchmarks)");
   m.def("_host_allocator_stats", &hostAllocatorStats,
         "the stats of PrivateUse1's registered host (pinned memory) allocator");
-  ember::registerMemoryBindings(m);
 }

@@ -5,8 +5,7 @@ The host allocator is PyTorch's caching one (`at::CachingHostAllocatorImpl`, in
 csrc/runtime/EmberPinned.cpp): a freed pinned block is kept for reuse, and reused only
 once the copies queued on it have finished. PyTorch binds its statistics to Python for
 CUDA only, so these functions call C entry points of `torch_ember._C`
-(csrc/python/EmberHostMemory.cpp) through ctypes, in the library the driver was
-attached from.
+(csrc/python/EmberHostMemory.cpp) through ctypes (`backend.entry`).
 
 `torch.accelerator.empty_host_cache()` empties the same cache, but does nothing until
 ember has been initialized (the first ember tensor created from Python): PyTorch skips a
@@ -19,7 +18,7 @@ import collections
 import ctypes
 from typing import Any
 
-from .devices import _the_driver
+from . import backend
 
 # torch.cuda's names only; empty_host_cache, ember's own, is public but not listed.
 __all__ = [
@@ -38,14 +37,8 @@ _VALUES = len(_COUNTERS) * len(_COUNTER_FIELDS) + 2 + len(_TIMES) * len(_TIME_FI
 
 
 def _entry(name: str) -> Any:  # a ctypes function
-    """The C entry point `name` of the library the driver was attached from."""
-    function = getattr(_the_driver().lib, name, None)
-    if function is None:
-        raise RuntimeError(
-            f"ember: the host allocator's statistics need torch_ember's _C ({name} is not in "
-            "the library the driver was attached from)",
-        )
-    return function
+    """The backend's C entry point `name` (csrc/python/EmberHostMemory.cpp)."""
+    return backend.entry(name)
 
 
 def _call(name: str, *arguments: int) -> None:

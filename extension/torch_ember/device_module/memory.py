@@ -9,13 +9,14 @@ versions, which knew only the driver: extension/history/01_allocator.py.)
 
 from __future__ import annotations
 
-import importlib
+import ctypes
 import pickle
 import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from . import backend
 from .devices import DeviceLike, _device_index, _the_driver
 
 if TYPE_CHECKING:
@@ -189,17 +190,9 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
 
 
 # Memory history and snapshots, as torch.cuda.memory's private functions of these names.
-# The C++ half lives in the compiled package (csrc/runtime/EmberMemoryHistory.cpp):
-# the device cache reports every allocation, free and segment to it.
-
-
-def _history_module() -> Any:
-    try:
-        return importlib.import_module("torch_ember._C")
-    except ImportError as error:
-        raise RuntimeError(
-            f"ember: memory history needs the torch_ember package's device cache (torch_ember._C): {error}"
-        ) from None
+# The C++ half lives in the backend (csrc/runtime/EmberMemoryHistory.cpp): the device
+# cache reports every allocation, free and segment to it; csrc/python/EmberMemoryBindings.cpp
+# has the entry points called here.
 
 
 def _record_memory_history(
@@ -224,7 +217,15 @@ def _record_memory_history(
     del device
     if isinstance(enabled, bool):
         enabled = "all" if enabled else None
-    _history_module()._record_memory_history(enabled, context, stacks, max_entries, clear_history)
+    record = backend.entry("emberRecordMemoryHistory", python=True)
+    record.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+    record(
+        None if enabled is None else str(enabled).encode(),
+        None if context is None else str(context).encode(),
+        str(stacks).encode(),
+        min(max_entries, 2**64 - 1),
+        int(clear_history),
+    )
 
 
 def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
@@ -233,7 +234,9 @@ def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
     "device_traces" (the recorded history, a list per device) and "allocator_settings".
     `torch.cuda._memory_viz` reads it (`segsum`, `trace_plot`, `segment_plot`)."""
     del device
-    return _history_module()._memory_snapshot()
+    snapshot = backend.entry("emberMemorySnapshot", python=True)
+    snapshot.argtypes = []
+    return snapshot()
 
 
 def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
