@@ -212,6 +212,27 @@ def test_a_compiled_kernel_appears_under_its_generated_name() -> None:
     assert names and all(n.startswith("cpp_fused_") for n in names), names
 
 
+def test_a_graph_replay_shows_its_kernels_under_their_names(tmp_path: Path) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x + 1) * x.sin()
+
+    compiled = torch.compile(fn)
+    x = torch.randn(64, device="ember")
+    compiled(x)  # compiles outside the capture
+    graph = torch.accelerator.Graph()
+    with torch.ember.stream(torch.ember.Stream()), graph:
+        out = compiled(x)
+    with profile(activities=BOTH) as prof:
+        graph.replay()
+        torch.ember.synchronize()
+    torch.testing.assert_close(out.cpu(), fn(x.cpu()))
+    trace = chrome_trace(prof, tmp_path)
+    kernels = of_category(trace, "kernel")
+    assert kernels and all(k["name"].startswith("cpp_fused_") for k in kernels)
+    # One host call replays them all.
+    assert [r["name"] for r in of_category(trace, "privateuse1_runtime")] == ["emGraphLaunch"]
+
+
 def test_legacy_profiler_times_operators_with_ember_events() -> None:
     a = torch.randn(64, 64, device="ember")
     with warnings.catch_warnings():

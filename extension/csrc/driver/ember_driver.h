@@ -175,7 +175,8 @@ emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
 // Correlation: a tool pushes its own id (an operator's) on the calling
 // thread's stack; each activity carries the innermost id of the thread that
 // issued it, taken when the work was issued (for asynchronous work: queued).
-// Graph replays (emGraphLaunch) are not reported.
+// A graph replay (emGraphLaunch) reports each kernel it runs, under the name
+// its launch had when captured.
 typedef enum emActivityKind {
   emActivityKernel = 0,
   emActivityMemcpy = 1,
@@ -199,6 +200,8 @@ typedef struct emActivity {
   size_t bytes;             // memcpy only
   int async;                // 1: queued work (all but kernels, emMemcpy)
   emSyncEvent_t sync_event; // event record only
+  int64_t graph;            // a kernel of an emGraphLaunch: its emGraph_t;
+                            // else 0
 } emActivity;
 
 typedef void (*emActivityCallback)(const emActivity* activity, void* user);

@@ -23,6 +23,7 @@ struct GraphNode {
   std::vector<unsigned char> arg;   // the launch's argument, copied
   std::vector<AllocationPtr> allocs; // the buffers it uses, kept alive
   size_t num_buffers;
+  std::string name; // emSetNextLaunchName's at capture ("" if none)
 };
 
 struct Capture {
@@ -175,8 +176,10 @@ emError_t emLaunchKernelByValue(void (*fn)(void* arg), const void* arg,
       if (stream->capture == nullptr) return emSuccess;
       auto allocs = allocations_of(buffers, num_buffers);
       if (!allocs) return emErrorInvalidValue;
-      stream->capture->nodes.push_back(
-          GraphNode{fn, std::move(copy), std::move(*allocs), num_buffers});
+      stream->capture->nodes.push_back(GraphNode{fn, std::move(copy),
+                                                 std::move(*allocs),
+                                                 num_buffers,
+                                                 name != nullptr ? name : ""});
       recorded = true;
       return emSuccess;
     });
@@ -205,15 +208,37 @@ emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream) {
     return emSuccess;
   });
   if (status != emSuccess) return status;
+  // Each kernel's span, if a profiler listens (reported once the replay is
+  // done, like a launch).
+  const ActivityIssue issue =
+      activities_enabled() ? begin_issue() : ActivityIssue{};
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  ActivityIssue call = issue; // the replay call, for every kernel in it
   status = translate_exceptions([&] {
+    if (issue.start_ns != 0) spans.reserve(g->nodes.size());
     HostWork work(s, s); // in order on the stream, like one launch
     KernelScope scope;
     for (GraphNode& node : g->nodes) {
+      const uint64_t started = issue.start_ns != 0 ? now_ns() : 0;
       node.fn(node.arg.data());
+      if (started != 0) spans.emplace_back(started, now_ns());
     }
     return emSuccess;
   });
   if (status != emSuccess) return status;
+  if (!spans.empty()) call.end_ns = spans.back().second;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    emActivity activity{};
+    activity.kind = emActivityKernel;
+    activity.device = device;
+    activity.stream = stream;
+    activity.start_ns = spans[i].first;
+    activity.end_ns = spans[i].second;
+    const std::string& name = g->nodes[i].name;
+    activity.name = name.empty() ? nullptr : name.c_str();
+    activity.graph = graph;
+    report_activity(activity, call);
+  }
   for (const GraphNode& node : g->nodes) {
     emEvent event = make_event(emEventKernelLaunch, device, 0, nullptr);
     event.num_buffers = node.num_buffers;

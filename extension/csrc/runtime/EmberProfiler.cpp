@@ -126,7 +126,7 @@ const char* copyName(emMemcpyKind kind) {
 const char* runtimeName(const emActivity& activity) {
   switch (activity.kind) {
     case emActivityKernel:
-      return "emLaunchKernel";
+      return activity.graph != 0 ? "emGraphLaunch" : "emLaunchKernel";
     case emActivitySleep:
       return "emSleepAsync";
     case emActivitySyncEventRecord:
@@ -260,6 +260,9 @@ void EmberSession::processTrace(
   buffer_->gpuOpCount = 0;
   const int32_t pid = libkineto::processId();
   uint32_t flow = 0;
+  // A graph replay is one host call for all its kernels: one runtime
+  // activity, with an arrow to the first.
+  std::pair<int64_t, uint64_t> lastReplay{0, 0};
   for (const Record& record : records_) {
     const emActivity& a = record.activity;
     const bool copy = a.kind == emActivityMemcpy;
@@ -288,7 +291,10 @@ void EmberSession::processTrace(
       device.addMetadata("event", a.sync_event);
     }
     streams_[{a.device, a.stream}] = true;
-    if (runtime_) {
+    const bool replayed = a.graph != 0 &&
+        lastReplay == std::make_pair(a.graph, a.issue_start_ns);
+    lastReplay = {a.graph, a.issue_start_ns};
+    if (runtime_ && !replayed) {
       // The driver call on the host, and an arrow from it to its work.
       auto& host = add(ActivityType::PRIVATEUSE1_RUNTIME, runtimeName(a));
       host.startTime = static_cast<int64_t>(a.issue_start_ns);

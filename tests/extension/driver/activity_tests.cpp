@@ -115,6 +115,34 @@ void test_activities() {
   CHECK(r1.start_ns >= log.seen[1].activity.end_ns); // after the sleep
   CHECK_OK(emSyncEventDestroy(e));
 
+  // A graph: a named by-value launch captured, then replayed. The capture
+  // runs nothing and reports nothing; each replay reports its kernels under
+  // their captured names, with the replay call as their issue.
+  CHECK_OK(emSetStream(0, 0));
+  emStream_t g = 0;
+  CHECK_OK(emStreamCreate(0, &g));
+  CHECK_OK(emSetStream(0, g));
+  CHECK_OK(emStreamBeginCapture(0, g));
+  const int arg = 0;
+  CHECK_OK(emSetNextLaunchName("captured_kernel"));
+  CHECK_OK(emLaunchKernelByValue([](void*) {}, &arg, sizeof arg, buffers, 1));
+  CHECK_OK(emLaunchKernelByValue([](void*) {}, &arg, sizeof arg, buffers, 1));
+  emGraph_t graph = 0;
+  CHECK_OK(emStreamEndCapture(0, g, &graph));
+  CHECK_OK(emSetStream(0, 0));
+  log.seen.clear();
+  CHECK_OK(emGraphLaunch(graph, 0, g));
+  CHECK(log.seen.size() == 2);
+  CHECK(log.seen[0].name == "captured_kernel" && log.seen[1].name.empty());
+  for (const Seen& n : log.seen) {
+    CHECK(n.activity.kind == emActivityKernel && n.activity.graph == graph);
+    CHECK(n.activity.stream == g && n.activity.device == 0);
+  }
+  CHECK(log.seen[0].activity.issue_start_ns ==
+        log.seen[1].activity.issue_start_ns);
+  CHECK(log.seen[0].activity.issue_end_ns == log.seen[1].activity.end_ns);
+  CHECK_OK(emGraphDestroy(graph));
+
   // The stack is per thread; popping an empty one fails.
   CHECK_EM(emActivityPopCorrelationId(nullptr), emErrorInvalidValue);
 
