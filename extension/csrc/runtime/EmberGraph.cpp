@@ -7,7 +7,8 @@
 #include "runtime/EmberCheck.h"
 
 // ember-book: begin graph_impl
-#include <ATen/core/GraphImplInterface.h> // GraphImplInterface, REGISTER_GRAPH_IMPL
+#include <ATen/core/GraphImplInterface.h> // GraphImplInterface, GraphImplArgs
+#include "runtime/EmberHooks.h" // PlugGraphImpl
 
 #include <array>
 #include <atomic>
@@ -158,12 +159,16 @@ class EmberGraph final : public at::GraphImplInterface {
   bool debug_ = false;
 };
 
-} // namespace ember
+std::unique_ptr<at::GraphImplInterface> createGraph(
+    const at::GraphImplArgs& args) {
+  return std::make_unique<EmberGraph>(args);
+}
 
-// The registry's key is the device type's name in capitals: PyTorch asks for
-// DeviceTypeName(PrivateUse1), "EMBER" once chapter 13's name is registered.
-// The macro names the registry's types, which live in namespace at.
-namespace at {
-REGISTER_GRAPH_IMPL(EMBER, ember::EmberGraph);
-} // namespace at
+// PyTorch finds the implementation in its graph registry, by the device
+// type's name. A registry key cannot be registered twice in a process, and
+// the book rebuilds the backend: the stable library registers "EMBER" once,
+// and each build plugs its own graphs in (runtime/EmberHooks.h).
+static PlugGraphImpl plug_graph_impl(&createGraph);
+
+} // namespace ember
 // ember-book: end graph_impl

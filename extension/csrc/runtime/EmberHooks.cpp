@@ -4,9 +4,20 @@
 // the process: torch_ember._C in the finished package, libember_stable.so in
 // the book (book/stable.py). Both registrations below are once-per-process in
 // PyTorch, so they must not live in code that is rebuilt.
+
+// Kineto's headers declare the profiler interfaces only under USE_KINETO (set
+// by PyTorch's own build, not an extension's); header-only fmt, because
+// libtorch does not export the fmt symbols Kineto's inline code uses.
+#define USE_KINETO
+#define FMT_HEADER_ONLY
+
 #include "runtime/EmberHooks.h"
 
+#include <ATen/core/GraphImplInterface.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+
+#include <mutex>
 
 #include "driver/ember_driver.h"
 #include "runtime/EmberCheck.h"
@@ -29,8 +40,63 @@ HooksSlot<BackendMetaFn> backend_meta_serializer_slot{
     "backend metadata serializer", "chapter 12 adds one"};
 HooksSlot<BackendMetaFn> backend_meta_deserializer_slot{
     "backend metadata deserializer", "chapter 12 adds one"};
+HooksSlot<GraphImplFn> graph_impl_slot{"graph implementation",
+                                       "chapter 15 adds one"};
+HooksSlot<ProfilerSessionFn> profiler_session_slot{"activity profiler",
+                                                   "chapter 16 adds one"};
+
+void registerGraphImplOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // PyTorch looks an implementation up by DeviceTypeName(PrivateUse1):
+    // "EMBER", the backend's name since chapter 13, in capitals.
+    at::GraphImplRegistry()->Register(
+        "EMBER", [](at::GraphImplArgs args) {
+          return graph_impl_slot.require("create a graph")(args);
+        });
+  });
+}
 
 namespace {
+
+// ember-book: begin profiler_registration
+// What Kineto keeps for the process: which activities ember records, and a
+// session for each profiled run, made by the build that is loaded then.
+class EmberProfiler final : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override {
+    return name_;
+  }
+
+  const std::set<libkineto::ActivityType>& availableActivities()
+      const override {
+    return activities_;
+  }
+
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      const std::set<libkineto::ActivityType>& types,
+      const libkineto::Config& config) override {
+    const ProfilerSessionFn session = profiler_session_slot.get();
+    return session != nullptr ? session(types, config) : nullptr;
+  }
+
+  // What Kineto calls (with a start time and a duration it keeps itself).
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      int64_t /*ts_ms*/,
+      int64_t /*duration_ms*/,
+      const std::set<libkineto::ActivityType>& types,
+      const libkineto::Config& config) override {
+    return configure(types, config);
+  }
+
+ private:
+  std::string name_{"ember"};
+  std::set<libkineto::ActivityType> activities_{
+      libkineto::ActivityType::CONCURRENT_KERNEL,
+      libkineto::ActivityType::GPU_MEMCPY,
+      libkineto::ActivityType::PRIVATEUSE1_RUNTIME};
+};
+// ember-book: end profiler_registration
 
 c10::DeviceIndex driverDeviceCount() noexcept {
   int count = 0;
@@ -55,6 +121,18 @@ c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
 }
 
 } // namespace
+
+// PyTorch hands the factory to Kineto at its first profile (or at once, if
+// Kineto is running), and Kineto calls it once.
+void registerProfilerOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    torch::profiler::impl::PrivateUse1ProfilerRegistry::instance()
+        .registerFactory([]() -> std::unique_ptr<libkineto::IActivityProfiler> {
+          return std::make_unique<EmberProfiler>();
+        });
+  });
+}
 
 // ember-book: begin hooks_context
 // The driver is linked in, so ember is always "built" and is available when

@@ -23,6 +23,8 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -31,7 +33,15 @@
 
 namespace at {
 class Tensor;
+struct GraphImplArgs;
+struct GraphImplInterface;
 } // namespace at
+
+namespace libkineto {
+class Config;
+class IActivityProfilerSession;
+enum class ActivityType;
+} // namespace libkineto
 
 namespace ember {
 
@@ -47,6 +57,14 @@ using PinnedAllocatorFn = c10::Allocator* (*)();
 // metadata as string -> bool entries: torch::jit's BackendMetaPtr signature.
 using BackendMetaFn = void (*)(const at::Tensor& tensor,
                                std::unordered_map<std::string, bool>& metadata);
+// Makes one graph (torch.accelerator.Graph) for the device.
+using GraphImplFn =
+    std::unique_ptr<at::GraphImplInterface> (*)(const at::GraphImplArgs& args);
+// Makes the session of one profiled run (torch.profiler, through Kineto).
+using ProfilerSessionFn =
+    std::unique_ptr<libkineto::IActivityProfilerSession> (*)(
+        const std::set<libkineto::ActivityType>& types,
+        const libkineto::Config& config);
 
 // One function pointer that PyTorch-facing code calls and later code plugs.
 // Lock-free: the hooks read it on every call, from any thread.
@@ -113,6 +131,18 @@ extern HooksSlot<IsPinnedPtrFn> is_pinned_ptr_slot;
 extern HooksSlot<PinnedAllocatorFn> pinned_allocator_slot;
 extern HooksSlot<BackendMetaFn> backend_meta_serializer_slot;
 extern HooksSlot<BackendMetaFn> backend_meta_deserializer_slot;
+extern HooksSlot<GraphImplFn> graph_impl_slot;
+
+// PyTorch's graph registry (at::GraphImplRegistry) cannot forget a key, and a
+// second registration of one ends the process: ember's key is registered once
+// per process, from here, with a creator that calls graph_impl_slot.
+void registerGraphImplOnce();
+extern HooksSlot<ProfilerSessionFn> profiler_session_slot;
+
+// Kineto makes a device's activity profiler once per process and keeps it: the
+// stable library registers one (EmberHooks.cpp) that asks profiler_session_slot
+// for each run's session, so a rebuilt backend's sessions are the ones used.
+void registerProfilerOnce();
 
 // The plugs, one per thing a later chapter provides.
 struct PlugDefaultGenerator : SlotPlug<DefaultGeneratorFn> {
@@ -152,6 +182,22 @@ struct PlugBackendMeta {
  private:
   SlotPlug<BackendMetaFn> serialize_;
   SlotPlug<BackendMetaFn> deserialize_;
+};
+
+// Graphs (chapter 15). The plug also registers ember's key, the first time.
+struct PlugGraphImpl : SlotPlug<GraphImplFn> {
+  explicit PlugGraphImpl(GraphImplFn fn) : SlotPlug(graph_impl_slot, fn) {
+    registerGraphImplOnce();
+  }
+};
+
+// The profiler's sessions (chapter 16). The plug also registers the profiler,
+// the first time.
+struct PlugProfilerSession : SlotPlug<ProfilerSessionFn> {
+  explicit PlugProfilerSession(ProfilerSessionFn fn)
+      : SlotPlug(profiler_session_slot, fn) {
+    registerProfilerOnce();
+  }
 };
 
 // The hooks object PyTorch calls. Registered once, from a static initializer
