@@ -6,6 +6,7 @@
 // through ctypes, as it calls the driver. They ask whatever allocator is
 // registered for PrivateUse1 (at::getHostAllocator), ember's caching one.
 // Not shown in the book.
+// ember-book: begin host_memory_stats
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/DeviceType.h>
 
@@ -85,3 +86,4 @@ int emberEmptyHostCache() {
 }
 
 } // extern "C"
+// ember-book: end host_memory_stats

@@ -9,6 +9,9 @@
 // "blocks"; "device_traces", a list of entries per device; and
 // "allocator_settings". So torch.cuda._memory_viz and the viewer at
 // pytorch.org/memory_viz read it as they read CUDA's.
+#include "runtime/EmberMemoryHistory.h"
+
+// ember-book: begin memory_snapshot
 #include <c10/core/AllocatorConfig.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/profiler/combined_traceback.h>
@@ -20,7 +23,6 @@
 #include <vector>
 
 #include "driver/ember_driver.h"
-#include "runtime/EmberMemoryHistory.h"
 
 // libtorch_python's symbolizer (torch/csrc/profiler/python/
 // combined_traceback.h), declared here: that header includes
@@ -207,3 +209,4 @@ extern "C" PyObject* emberMemorySnapshot() {
   return ember::memorySnapshot().release().ptr();
   END_HANDLE_TH_ERRORS
 }
+// ember-book: end memory_snapshot

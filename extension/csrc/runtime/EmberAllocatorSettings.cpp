@@ -6,6 +6,7 @@
 // registers no parser hook.
 #include "runtime/EmberAllocatorSettings.h"
 
+// ember-book: begin allocator_settings
 #include <c10/core/AllocatorConfig.h>
 #include <c10/util/Exception.h>
 #include <c10/util/env.h>
@@ -71,3 +72,4 @@ AllocatorSettings readAllocatorSettings() {
 }
 
 } // namespace ember
+// ember-book: end allocator_settings

@@ -2,6 +2,7 @@
 // (c10/core/AllocatorConfig.h) reads it, and CUDA's rules that depend on it.
 #pragma once
 
+// ember-book: begin allocator_settings_api
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -47,3 +48,4 @@ struct AllocatorSettings {
 AllocatorSettings readAllocatorSettings();
 
 } // namespace ember
+// ember-book: end allocator_settings_api

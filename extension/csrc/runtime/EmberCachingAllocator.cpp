@@ -639,6 +639,7 @@ void cacheCountOom(int device) {
 } // namespace ember
 // ember-book: end device_cache
 
+// ember-book: begin cache_walk
 namespace ember {
 
 // The snapshot (memory_history): every segment of the cache with its blocks
@@ -726,3 +727,4 @@ std::vector<c10::CachingDeviceAllocator::SegmentInfo> cacheSegments() {
 }
 
 } // namespace ember
+// ember-book: end cache_walk

@@ -2,11 +2,12 @@
 // (emMemAddressReserve), and pages mapped into it chunk by chunk (emMemMap),
 // as CUDA's allocator does with cuMemAddressReserve and cuMemMap.
 #include "runtime/EmberExpandableSegment.h"
+#include "runtime/EmberCheck.h"
 
+// ember-book: begin expandable_segment
 #include <c10/util/Exception.h>
 
 #include "driver/ember_driver.h"
-#include "runtime/EmberCheck.h"
 
 namespace ember {
 namespace {
@@ -92,3 +93,4 @@ bool ExpandableSegment::shrink(size_t bytes) {
 }
 
 } // namespace ember
+// ember-book: end expandable_segment

@@ -6,6 +6,7 @@
 // requests leaves one cached segment per size behind.
 #pragma once
 
+// ember-book: begin expandable_segment_api
 #include <cstddef>
 
 namespace ember {
@@ -59,3 +60,4 @@ class ExpandableSegment {
 };
 
 } // namespace ember
+// ember-book: end expandable_segment_api

@@ -6,6 +6,7 @@
 // the stack that allocated each live block and segment.
 #include "runtime/EmberMemoryHistory.h"
 
+// ember-book: begin memory_history
 #include <Python.h>
 #include <c10/util/ApproximateClock.h>
 #include <c10/util/Exception.h>
@@ -262,3 +263,4 @@ std::vector<std::vector<TraceEntry>> memoryTraces(int devices) {
 }
 
 } // namespace ember
+// ember-book: end memory_history

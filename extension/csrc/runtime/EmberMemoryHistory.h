@@ -4,6 +4,7 @@
 // the same ones CUDA's caching allocator fills for its snapshots.
 #pragma once
 
+// ember-book: begin memory_history_api
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
@@ -103,3 +104,4 @@ memoryTraces(int devices);
 std::vector<c10::CachingDeviceAllocator::SegmentInfo> cacheSegments();
 
 } // namespace ember
+// ember-book: end memory_history_api

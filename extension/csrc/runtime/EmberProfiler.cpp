@@ -1,9 +1,10 @@
-// ember in torch.profiler: a Kineto activity profiler for the PrivateUse1
-// device (REGISTER_PRIVATEUSE1_PROFILER).
+// ember in torch.profiler: the sessions of a Kineto activity profiler for the
+// PrivateUse1 device.
 //
-// Kineto drives it: at the first profile it makes one EmberProfiler (the
-// factory runs lazily), and for each trace asks it for a session
-// (configure), starts and stops the session, then has it log what it saw
+// Kineto drives it: at the first profile it makes one EmberProfiler (from
+// the factory the stable library registers, runtime/EmberHooks.cpp), and for
+// each trace asks it for a session (configure, which calls this build's
+// newSession through a slot), starts and stops the session, then has it log what it saw
 // (processTrace). The session installs the driver's activity callback
 // (ember_driver.h) between start and stop: the driver times every kernel and
 // copy on the thread that does it and reports it, with the correlation id of
@@ -12,6 +13,9 @@
 // stream) linked to its ATen operator, and, if asked for, the host side (the
 // driver call, a PRIVATEUSE1_RUNTIME activity) joined to it by a flow arrow.
 
+#include "driver/ember_driver.h"
+
+// ember-book: begin profiler_records
 // Kineto's public headers declare the profiler interfaces only under
 // USE_KINETO, which PyTorch's own build defines and an extension's does not.
 // GenericTraceActivity formats metadata with fmt inline; header-only fmt
@@ -31,8 +35,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "driver/ember_driver.h"
 
 namespace ember {
 namespace {
@@ -155,6 +157,14 @@ std::pair<ActivityType, std::string> shownAs(
   }
   return {ActivityType::GPU_MEMCPY, copyName(record.activity.memcpy_kind)};
 }
+
+} // namespace
+} // namespace ember
+// ember-book: end profiler_records
+
+// ember-book: begin profiler_session
+namespace ember {
+namespace {
 
 class EmberSession : public libkineto::IActivityProfilerSession {
  public:
@@ -325,43 +335,28 @@ void EmberSession::processTrace(
   records_.clear();
 }
 
-class EmberProfiler : public libkineto::IActivityProfiler {
- public:
-  const std::string& name() const override {
-    return name_;
-  }
+} // namespace
+} // namespace ember
+// ember-book: end profiler_session
 
-  const std::set<ActivityType>& availableActivities() const override {
-    return activities_;
-  }
+// ember-book: begin profiler_plug
+#include "runtime/EmberHooks.h" // PlugProfilerSession
 
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      const std::set<ActivityType>& types,
-      const libkineto::Config& /*config*/) override {
-    return std::make_unique<EmberSession>(types);
-  }
+namespace ember {
+namespace {
 
-  // What Kineto calls (with a start time and a duration it keeps itself).
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      int64_t /*ts_ms*/,
-      int64_t /*duration_ms*/,
-      const std::set<ActivityType>& types,
-      const libkineto::Config& config) override {
-    return configure(types, config);
-  }
+// A session for each profiled run, made by this build: Kineto keeps the
+// stable library's profiler for the process, which asks this slot for it.
+std::unique_ptr<libkineto::IActivityProfilerSession> newSession(
+    const std::set<ActivityType>& types,
+    const libkineto::Config& /*config*/) {
+  return std::make_unique<EmberSession>(types);
+}
 
- private:
-  std::string name_{"ember"};
-  std::set<ActivityType> activities_{
-      ActivityType::CONCURRENT_KERNEL,
-      ActivityType::GPU_MEMCPY,
-      ActivityType::PRIVATEUSE1_RUNTIME};
-};
+// Plugged while this library is loaded: a rebuilt backend's sessions replace
+// these, and the first plug registers the profiler with PyTorch.
+const PlugProfilerSession plug_profiler_session(&newSession);
 
 } // namespace
 } // namespace ember
-
-namespace ember_profiler_registration {
-using ember::EmberProfiler;
-REGISTER_PRIVATEUSE1_PROFILER(EmberProfiler);
-} // namespace ember_profiler_registration
+// ember-book: end profiler_plug

@@ -3,14 +3,15 @@
 // a pair of device events, recorded through these stubs
 // (registerPrivateUse1Methods). Without them PyTorch's defaults warn
 // "PrivateUse1 used in profiler but not enabled" at every operator.
+#include "runtime/EmberCheck.h"
+
+// ember-book: begin profiler_stubs
 #include <c10/util/ApproximateClock.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
 #include <functional>
 #include <memory>
-
-#include "runtime/EmberCheck.h"
 
 namespace ember {
 namespace {
@@ -110,3 +111,4 @@ const RegisterStubs registerStubs;
 
 } // namespace
 } // namespace ember
+// ember-book: end profiler_stubs
