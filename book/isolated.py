@@ -51,6 +51,8 @@ if {rename!r}:  # chapter 13 on: the backend's name, as the reader's process reg
     torch.utils.rename_privateuse1_backend({backend!r})
 if {register!r}:
     torch._register_device_module({backend!r}, book_driver.device_module())
+    if {build!r}:  # what the device module calls in the backend itself (memory history)
+        book_driver.device_module().backend.attach_backend(ctypes.CDLL({build!r}))
 try:
     exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
          "ctypes": ctypes, "driver": driver}})
@@ -140,12 +142,8 @@ def run_isolated(
     )
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: the child's `import torch` must not load the installed
     # torch_ember next to the build (book/autoload.py; `import book` set it here already).
-    environment = dict(
-        os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0"
-    )
-    environment.pop(
-        "PYTHONFAULTHANDLER", None
-    )  # its report holds addresses and thread ids
+    environment = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    environment.pop("PYTHONFAULTHANDLER", None)  # its report holds addresses and thread ids
     environment.update(env or {})
     try:
         child = subprocess.run(

@@ -74,6 +74,9 @@ def compile_flags() -> list[str]:
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     for include in cpp_extension.include_paths():
         flags += ["-isystem", include]
+    # PyTorch's PrivateUse1 profiler header includes Kineto's headers by bare name
+    # (<IActivityProfiler.h>), so their folder is on the path too (chapter 16).
+    flags += ["-isystem", str(Path(cpp_extension.include_paths()[0]) / "kineto")]
     flags += ["-isystem", sysconfig.get_paths()["include"]]
     flags += ["-fPIC", f"-std={_cxx_standard()}"]
     return flags + EXTRA_CFLAGS

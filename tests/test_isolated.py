@@ -48,9 +48,7 @@ def test_a_backward_on_ember_exits_cleanly_every_time() -> None:
 
 def test_the_child_ends_without_interpreter_shutdown() -> None:
     # atexit handlers belong to the shutdown the child skips.
-    result = run_isolated(
-        "import atexit\natexit.register(print, 'at exit')\nprint('done')"
-    )
+    result = run_isolated("import atexit\natexit.register(print, 'at exit')\nprint('done')")
     assert result.ok, str(result)
     assert result.stdout == "done\n"
 
@@ -103,9 +101,7 @@ def test_non_daemon_threads_are_waited_for() -> None:
 
 
 def test_a_crash_still_reports_its_signal() -> None:
-    result = run_isolated(
-        "import ctypes\nprint('before')\nctypes.string_at(0)\nprint('not reached')"
-    )
+    result = run_isolated("import ctypes\nprint('before')\nctypes.string_at(0)\nprint('not reached')")
     assert result.signal == "SIGSEGV"
     assert result.stdout == "before\n"
 

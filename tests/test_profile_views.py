@@ -61,20 +61,13 @@ def test_timeline_keeps_top_level_operators_and_one_track_per_stream() -> None:
     assert tl.track("ember:0 stream 0").counts() == {"kernel": 2}
     assert (tl.start, tl.end) == (0.0, 100.0)
     # the copy (20..60) overlaps the first kernel (10..40) for 20 us and the second not at all
-    assert (
-        timeline.overlap(tl.track("ember:0 stream 0"), tl.track("ember:0 stream 3"))
-        == 20.0
-    )
+    assert timeline.overlap(tl.track("ember:0 stream 0"), tl.track("ember:0 stream 3")) == 20.0
 
 
 def test_timeline_view_places_bars_and_says_only_run_independent_facts() -> None:
     view = timeline.timeline(_trace(), "step")
     text = view.text()
-    assert (
-        "ember:0 stream 3" in text
-        and "1 copy" in text
-        and "2 top-level operators" in text
-    )
+    assert "ember:0 stream 3" in text and "1 copy" in text and "2 top-level operators" in text
     assert not re.search(r"\d+(\.\d+)? ?(us|ms)", text)
     html = view.html()
     assert "<script" not in html and "<svg" not in html
@@ -111,9 +104,7 @@ def _snapshot() -> dict:
                 "address": 0,
                 "total_size": 2 * MIB,
                 "segment_type": "small",
-                "blocks": [
-                    {"address": 0, "size": 2 * MIB, "state": "inactive", "frames": []}
-                ],
+                "blocks": [{"address": 0, "size": 2 * MIB, "state": "inactive", "frames": []}],
             },
         ],
         "device_traces": [
@@ -137,9 +128,7 @@ def test_segments_view_sums_and_orders_segments_and_hides_paths() -> None:
     assert "1 allocated, 1 cached, free" in lines[2]
     html = view.html()
     assert "allocated at train_step, line 4" in html and "/tmp/" not in html
-    assert (
-        "left: 25.00%; width: 75.00%" in html
-    )  # the free block: 3 MiB at offset 1 MiB of 4
+    assert "left: 25.00%; width: 75.00%" in html  # the free block: 3 MiB at offset 1 MiB of 4
 
 
 def test_memory_over_time_follows_allocs_and_completed_frees() -> None:
@@ -151,8 +140,8 @@ def test_memory_over_time_follows_allocs_and_completed_frees() -> None:
         MIB,
     ]
     text = memory_views.memory_over_time(_snapshot(), "step").text()
-    assert (
-        text
-        == "step: 5 actions; allocated at the start 0.0 MiB, peak 2.0 MiB, at the end 1.0 MiB"
-    )
-    assert memory_views.live_by_frame(_snapshot()) == [("train_step, line 4", MIB, 1)]
+    assert text == ("step: 5 actions\n  allocated at the start 0.0 MiB, peak 2.0 MiB, at the end 1.0 MiB")
+    assert memory_views.live_by_frame(_snapshot()) == [("allocated at train_step, line 4", MIB, 1)]
+    assert memory_views.frame_text([]) == "allocated before the history started"
+    torch_frame = {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"}
+    assert memory_views.frame_text([torch_frame]) == "no Python frame"

@@ -37,13 +37,17 @@ def mib(size: int) -> str:
 
 
 def frame_text(frames: list[dict[str, Any]], skip: tuple[str, ...] = ()) -> str:
-    """The innermost Python frame of a stack, as "function, line N" (no file path)."""
+    """Where a block was allocated: the innermost Python frame of its stack outside
+    PyTorch, as "allocated at function, line N" (no file path). A block with no stack was
+    allocated before the history started."""
+    if not frames:
+        return "allocated before the history started"
     for frame in frames:
         filename = str(frame.get("filename", ""))
         if filename.endswith(".py") or "ipykernel" in filename:
             if any(part in filename for part in skip) or "/torch/" in filename:
                 continue
-            return f"{frame.get('name', '?')}, line {frame.get('line', '?')}"
+            return f"allocated at {frame.get('name', '?')}, line {frame.get('line', '?')}"
     return "no Python frame"
 
 
@@ -116,27 +120,22 @@ class SegmentsView(View):
 
     def totals(self) -> tuple[int, int]:
         """Reserved and allocated bytes, summed over the segments."""
-        return sum(s.size for s in self.segments), sum(
-            s.allocated for s in self.segments
-        )
+        return sum(s.size for s in self.segments), sum(s.allocated for s in self.segments)
 
     def text(self) -> str:
         reserved, allocated = self.totals()
+        count = len(self.segments)
         lines = [
-            f"{self.title}: {len(self.segments)} segments, reserved {mib(reserved)}, "
-            f"allocated {mib(allocated)}"
+            f"{self.title}: {count} segment{'' if count == 1 else 's'}, reserved "
+            f"{mib(reserved)}, allocated {mib(allocated)}"
         ]
         for number, segment in enumerate(self.segments, start=1):
             states = Counter(state for _, _, state, _ in segment.blocks)
             kind = segment.kind + (", expandable" if segment.expandable else "")
             blocks = ", ".join(
-                f"{states[state]} {_STATE_NAMES[state]}"
-                for state in _STATE_NAMES
-                if states[state]
+                f"{states[state]} {_STATE_NAMES[state]}" for state in _STATE_NAMES if states[state]
             )
-            lines.append(
-                f"  segment {number} ({kind}) {mib(segment.size)}: {blocks or 'no blocks'}"
-            )
+            lines.append(f"  segment {number} ({kind}) {mib(segment.size)}: {blocks or 'no blocks'}")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -149,7 +148,7 @@ class SegmentsView(View):
                 width = 100.0 * size / segment.size
                 tip = f"{mib(size)} {_STATE_NAMES.get(state, state)}"
                 if state != "inactive":
-                    tip += f", allocated at {frame}"
+                    tip += f", {frame}"
                 blocks.append(
                     f'<div class="ember-block" title="{esc(tip)}" style="background: '
                     f"{_STATE_COLOURS.get(state, '#9ca3af')}; left: {left:.2f}%; "
@@ -164,8 +163,7 @@ class SegmentsView(View):
             )
         reserved, allocated = self.totals()
         legend = "".join(
-            f'<span class="ember-swatch" style="background: {colour}"></span>'
-            f"{esc(_STATE_NAMES[state])}"
+            f'<span class="ember-swatch" style="background: {colour}"></span>{esc(_STATE_NAMES[state])}'
             for state, colour in _STATE_COLOURS.items()
         )
         markup = (
@@ -211,8 +209,9 @@ class MemoryOverTimeView(View):
             return f"{self.title}: no recorded actions"
         peak = max(self.curve)
         return (
-            f"{self.title}: {len(self.curve)} actions; allocated at the start "
-            f"{mib(self.curve[0])}, peak {mib(peak)}, at the end {mib(self.curve[-1])}"
+            f"{self.title}: {len(self.curve)} actions\n"
+            f"  allocated at the start {mib(self.curve[0])}, peak {mib(peak)}, "
+            f"at the end {mib(self.curve[-1])}"
         )
 
     def html(self) -> str:
@@ -235,9 +234,7 @@ class MemoryOverTimeView(View):
         return inline(markup, _CSS)
 
 
-def segments(
-    snapshot: dict[str, Any], title: str = "device memory", device: int = 0
-) -> SegmentsView:
+def segments(snapshot: dict[str, Any], title: str = "device memory", device: int = 0) -> SegmentsView:
     """The picture of a snapshot's segments on one ember device."""
     return SegmentsView(snapshot, title, device)
 
@@ -249,9 +246,7 @@ def memory_over_time(
     return MemoryOverTimeView(snapshot, title, device)
 
 
-def live_by_frame(
-    snapshot: dict[str, Any], device: int = 0
-) -> list[tuple[str, int, int]]:
+def live_by_frame(snapshot: dict[str, Any], device: int = 0) -> list[tuple[str, int, int]]:
     """Allocated blocks grouped by the Python line that allocated them: (frame, bytes, blocks)."""
     sizes: Counter[str] = Counter()
     counts: Counter[str] = Counter()

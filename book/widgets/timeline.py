@@ -55,9 +55,7 @@ class Timeline:
     def of(cls, trace: dict[str, Any] | str | Path) -> Timeline:
         """Read a Chrome trace (a dict, or the path `export_chrome_trace` wrote)."""
         data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text())
-        events = [
-            e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e
-        ]
+        events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
         host: dict[Any, list[Span]] = {}
         device: dict[tuple[Any, Any], list[Span]] = {}
         for event in events:
@@ -81,17 +79,13 @@ class Timeline:
         every = [span for track in tracks for span in track.spans]
         if not every:
             return cls((), 0.0, 0.0)
-        return cls(
-            tuple(tracks), min(s.start for s in every), max(s.end for s in every)
-        )
+        return cls(tuple(tracks), min(s.start for s in every), max(s.end for s in every))
 
     def track(self, label: str) -> Track:
         for track in self.tracks:
             if track.label == label:
                 return track
-        raise KeyError(
-            f"no track {label!r}; the tracks are {[t.label for t in self.tracks]}"
-        )
+        raise KeyError(f"no track {label!r}; the tracks are {[t.label for t in self.tracks]}")
 
 
 def _ids(key: tuple[Any, Any]) -> tuple[int, int]:
@@ -161,10 +155,7 @@ class TimelineView(View):
         lines = [f"{self.title}: {len(self.timeline.tracks)} tracks"]
         for track in self.timeline.tracks:
             counts = track.counts()
-            what = ", ".join(
-                f"{counts[kind]} {_plural(kind, counts[kind])}"
-                for kind in sorted(counts)
-            )
+            what = ", ".join(f"{counts[kind]} {_plural(kind, counts[kind])}" for kind in sorted(counts))
             lines.append(f"  {track.label:<{LABEL_WIDTH}}{what or 'nothing'}")
         return "\n".join(lines)
 
@@ -210,8 +201,6 @@ def _plural(kind: str, count: int) -> str:
     return "copies" if noun == "copy" else noun + "s"
 
 
-def timeline(
-    trace: dict[str, Any] | str | Path, title: str = "timeline"
-) -> TimelineView:
-    """The picture of a Chrome trace that `torch.profiler` exported."""
-    return TimelineView(Timeline.of(trace), title)
+def timeline(trace: Timeline | dict[str, Any] | str | Path, title: str = "timeline") -> TimelineView:
+    """The picture of a Chrome trace that `torch.profiler` exported (or of its `Timeline`)."""
+    return TimelineView(trace if isinstance(trace, Timeline) else Timeline.of(trace), title)

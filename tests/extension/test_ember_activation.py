@@ -11,9 +11,7 @@ EMBER = "ember"
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gelu_and_its_gradient_equal_the_cpu(
-    approximate: str, dtype: torch.dtype
-) -> None:
+def test_gelu_and_its_gradient_equal_the_cpu(approximate: str, dtype: torch.dtype) -> None:
     x = torch.linspace(-6, 6, 1001, dtype=dtype).reshape(7, 143)[:, ::2]  # strided
     x_cpu = x.clone().requires_grad_()
     x_ember = x.to(EMBER).requires_grad_()
@@ -36,7 +34,5 @@ def test_gelu_has_ember_kernels_not_the_fallback() -> None:
 
 
 def test_gelu_refuses_a_bad_approximation_like_the_cpu() -> None:
-    with pytest.raises(
-        RuntimeError, match="approximate argument must be either none or tanh"
-    ):
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
         F.gelu(torch.ones(3, device=EMBER), approximate="cubic")

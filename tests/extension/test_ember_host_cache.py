@@ -33,18 +33,12 @@ def test_a_freed_block_is_reused_and_the_stats_count_a_hit() -> None:
     address = first.data_ptr()
     del first
     before = stats()
-    assert (
-        before["allocations.current"] - before["active_requests.current"] == 1
-    )  # cached
+    assert before["allocations.current"] - before["active_requests.current"] == 1  # cached
     second = torch.empty(MIB_FLOATS, pin_memory=True)
     after = stats()
     assert second.data_ptr() == address
-    assert (
-        after["num_host_alloc"] == before["num_host_alloc"]
-    )  # no new block from the OS
-    assert (
-        after["active_requests.allocated"] == before["active_requests.allocated"] + 1
-    )  # a hit
+    assert after["num_host_alloc"] == before["num_host_alloc"]  # no new block from the OS
+    assert after["active_requests.allocated"] == before["active_requests.allocated"] + 1  # a hit
     assert after["host_alloc_time.count"] == before["host_alloc_time.count"]
 
 
@@ -127,19 +121,13 @@ def test_empty_host_cache_returns_the_cached_blocks_to_the_os() -> None:
     torch.ember.empty_host_cache()
     after = stats()
     assert after["num_host_free"] == before["num_host_free"] + 3
-    assert (
-        after["allocated_bytes.current"]
-        == after["active_bytes.current"]
-        == before["active_bytes.current"]
-    )
+    assert after["allocated_bytes.current"] == after["active_bytes.current"] == before["active_bytes.current"]
     assert after["host_free_time.count"] == before["host_free_time.count"] + 3
     assert kept.is_pinned()  # a live tensor keeps its block
 
 
 def test_torch_accelerator_empty_host_cache_empties_embers_cache() -> None:
-    torch.ones(
-        1, device="ember"
-    )  # PyTorch skips the host cache of a device not yet initialized
+    torch.ones(1, device="ember")  # PyTorch skips the host cache of a device not yet initialized
     torch.empty(MIB_FLOATS, pin_memory=True)  # allocated and freed: cached
     free = stats()["num_host_free"]
     torch.accelerator.empty_host_cache()
@@ -201,13 +189,9 @@ def test_without_torch_embers_library_the_functions_say_what_is_missing(
         lib = Library()
 
     monkeypatch.setattr(devices, "_driver", Driver())
-    with pytest.raises(
-        RuntimeError, match="the loaded backend has no emberHostMemoryStats"
-    ):
+    with pytest.raises(RuntimeError, match="the loaded backend has no emberHostMemoryStats"):
         torch.ember.host_memory_stats()
-    with pytest.raises(
-        RuntimeError, match="the loaded backend has no emberEmptyHostCache"
-    ):
+    with pytest.raises(RuntimeError, match="the loaded backend has no emberEmptyHostCache"):
         torch.ember.empty_host_cache()
 
 
@@ -216,13 +200,9 @@ def test_an_attached_backend_is_where_entry_points_are_looked_up() -> None:
     # library its driver comes from.
     from torch_ember.device_module import backend
 
-    backend.attach_backend(
-        ctypes.CDLL(ctypes.util.find_library("m"))
-    )  # no entry points
+    backend.attach_backend(ctypes.CDLL(ctypes.util.find_library("m")))  # no entry points
     try:
-        with pytest.raises(
-            RuntimeError, match="the loaded backend has no emberMemorySnapshot"
-        ):
+        with pytest.raises(RuntimeError, match="the loaded backend has no emberMemorySnapshot"):
             torch.ember.memory._snapshot()
     finally:
         backend.attach_backend(None)
