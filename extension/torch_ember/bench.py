@@ -59,7 +59,11 @@ while a cached block keeps them.
 (``torch.ember.empty_host_cache()`` after each free, so every allocation maps and populates
 fresh pages) over with it (a freed block is reused), timed from Python (target >= 10).
 
-Observation: ``memory_history_overhead_mlp_step``: the MLP's training step with
+Observation: ``profiler_overhead_mlp_step``: the MLP's training step run inside
+``torch.profiler.profile(activities=[CPU, PrivateUse1])`` / outside it (target <= 1.3). The
+profiled steps run in one profile, as a training loop profiles a stretch of steps; the profile's
+start and its processing at the end (PyTorch's, mostly) are not in the step's time.
+``memory_history_overhead_mlp_step``: the MLP's training step with
 ``torch.ember.memory._record_memory_history("all", stacks="python")`` recording / without
 (target <= 1.2). The recording round turns history on before the step and off after it, so it
 pays for the Python stack of every allocation and free, and for dropping the trace.
@@ -134,6 +138,7 @@ TARGETS: dict[str, Target] = {
     "compiled_mlp_step_vs_cpu_compiled": Target(1.2, at_most=True),
     "graph_replay_vs_eager_small_ops": Target(0.3, at_most=True),
     "memory_history_overhead_mlp_step": Target(1.2, at_most=True),
+    "profiler_overhead_mlp_step": Target(1.3, at_most=True),
 }
 
 STABLE_KEYS = (
@@ -152,6 +157,7 @@ STABLE_KEYS = (
     "compiled_mlp_step_vs_cpu_compiled",
     "graph_replay_vs_eager_small_ops",
     "memory_history_overhead_mlp_step",
+    "profiler_overhead_mlp_step",
 )
 
 
@@ -509,6 +515,31 @@ def _measure_memory_history(repeat: int, results: dict[str, float]) -> None:
     results["memory_history_overhead_mlp_step"] = ratio(with_history, plain)
 
 
+def _measure_profiler(repeat: int, results: dict[str, float]) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    step = synced(TrainingStep("mlp", "ember"))
+    block = max(5, repeat // 10)
+
+    def timed_block() -> list[float]:
+        times = []
+        for _ in range(block):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        return times
+
+    for _ in range(3):
+        step()  # warm-up
+    plain: list[float] = []
+    profiled: list[float] = []
+    for _ in range(3):  # alternated, so that a busy moment of the machine hits both
+        plain += timed_block()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+            profiled += timed_block()
+    results["profiler_overhead_mlp_step"] = statistics.median(profiled) / statistics.median(plain)
+
+
 def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None) -> dict[str, float]:
     """Run every benchmark once; the figures under their keys (`fallback_ops` gets the operators that fell back)."""
     results: dict[str, float] = {}
@@ -521,6 +552,7 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_compiled(repeat, results)
     _measure_graph(repeat, results)
     _measure_memory_history(repeat, results)
+    _measure_profiler(repeat, results)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -549,6 +581,7 @@ ROWS = [
     ("100 one-element ops: graph replay / eager", "graph_replay_vs_eager_small_ops"),
     ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
     ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
+    ("MLP step: profiled (CPU + ember) / not", "profiler_overhead_mlp_step"),
 ]
 
 
