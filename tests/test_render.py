@@ -32,6 +32,10 @@ WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 DISPATCH_CELL = ".ember-dispatch-table td.ember-cell"
 TRACE_ROW = ".ember-trace .ember-trace-row"
 CPP_CODE = "div.highlight-cpp pre"
+# Chapter 16's pictures: a profile's timeline bars, a snapshot's segments and its memory over time.
+TIMELINE_BAR = ".ember-timeline .ember-span"
+MEMORY_SEGMENT = ".ember-memory .ember-segment"
+MEMORY_COLUMNS = ".ember-memory .ember-columns"
 REMOTE_HINTS = (
     "cdn",
     "unpkg",
@@ -200,7 +204,14 @@ def test_pages_read_offline_in_chromium(book_build: Build, browser: object, tmp_
     from selenium.webdriver.common.by import By
 
     driver = browser
-    seen = {DISPATCH_CELL: 0, TRACE_ROW: 0, CPP_CODE: 0}
+    seen = {
+        DISPATCH_CELL: 0,
+        TRACE_ROW: 0,
+        CPP_CODE: 0,
+        TIMELINE_BAR: 0,
+        MEMORY_SEGMENT: 0,
+        MEMORY_COLUMNS: 0,
+    }
     problems: list[str] = []
     for docname in toc_docnames():
         known = len(problems)
