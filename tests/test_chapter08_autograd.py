@@ -235,6 +235,14 @@ CHILD = textwrap.dedent(
     else:
         raise AssertionError("backward used a tensor custom_abs_ overwrote")
     print("ok")
+
+    # Leave as book.run_isolated's children do: after a backward on a PrivateUse1 device,
+    # PyTorch 2.13's interpreter shutdown can abort (SIGABRT, "terminate called without an
+    # active exception"; torch_ember/autograd_threads.py has the story and the package's fix,
+    # which chapter builds do not load).
+    import os, sys
+    sys.stdout.flush()
+    os._exit(0)
     """
 )
 
