@@ -342,35 +342,6 @@ emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
 emError_t emMemGetInfo(int device, size_t* free, size_t* total);
 
 // ---------------------------------------------------------------------------
-// Address reservations (CUDA's cuMemAddressReserve and cuMemMap, simpler):
-// how an allocator grows a segment in place. A reservation is a range of the
-// current device's address space that holds no memory; pages of the device
-// are mapped into it, and unmapped, as the segment grows and shrinks. Sizes
-// and addresses are multiples of emMemGetGranularity's page size.
-//
-// emMemAddressReserve takes `size` bytes of address space (each device has
-// room for reservations of 8 times its capacity in all); nothing is
-// committed, so emMemGetInfo and the stats do not change, and kernels and
-// copies refuse its addresses until pages are mapped there.
-// emMemMap commits the pages of [ptr, ptr + size), which must lie in one
-// reservation and have no page mapped yet: emErrorMemoryAllocation if the
-// device has fewer free bytes (they need not be contiguous). Mapped pages
-// count in emMemGetInfo and in bytes_in_use (not in the allocation counts),
-// and kernels and copies use them like allocated memory, also across
-// ranges mapped by separate calls.
-// emMemUnmap returns the pages of [ptr, ptr + size) to the OS: the range
-// must be wholly mapped, without cutting through what one emMemMap mapped,
-// and no queued work or graph may still use it (synchronize first).
-// emMemAddressFree releases a reservation (by its base) with no page mapped.
-// emFree refuses mapped pages. The details say what was wrong.
-// ---------------------------------------------------------------------------
-emError_t emMemGetGranularity(size_t* granularity);
-emError_t emMemAddressReserve(void** ptr, size_t size);
-emError_t emMemAddressFree(void* ptr);
-emError_t emMemMap(void* ptr, size_t size);
-emError_t emMemUnmap(void* ptr, size_t size);
-
-// ---------------------------------------------------------------------------
 // Graphs: work captured from a stream, replayed with one call (CUDA graphs).
 //
 // Between emStreamBeginCapture and emStreamEndCapture, the stream runs
@@ -407,6 +378,35 @@ emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream);
 // *count = the kernels the graph holds.
 emError_t emGraphGetNodeCount(emGraph_t graph, size_t* count);
 emError_t emGraphDestroy(emGraph_t graph);
+
+// ---------------------------------------------------------------------------
+// Address reservations (CUDA's cuMemAddressReserve and cuMemMap, simpler):
+// how an allocator grows a segment in place. A reservation is a range of the
+// current device's address space that holds no memory; pages of the device
+// are mapped into it, and unmapped, as the segment grows and shrinks. Sizes
+// and addresses are multiples of emMemGetGranularity's page size.
+//
+// emMemAddressReserve takes `size` bytes of address space (each device has
+// room for reservations of 8 times its capacity in all); nothing is
+// committed, so emMemGetInfo and the stats do not change, and kernels and
+// copies refuse its addresses until pages are mapped there.
+// emMemMap commits the pages of [ptr, ptr + size), which must lie in one
+// reservation and have no page mapped yet: emErrorMemoryAllocation if the
+// device has fewer free bytes (they need not be contiguous). Mapped pages
+// count in emMemGetInfo and in bytes_in_use (not in the allocation counts),
+// and kernels and copies use them like allocated memory, also across
+// ranges mapped by separate calls.
+// emMemUnmap returns the pages of [ptr, ptr + size) to the OS: the range
+// must be wholly mapped, without cutting through what one emMemMap mapped,
+// and no queued work or graph may still use it (synchronize first).
+// emMemAddressFree releases a reservation (by its base) with no page mapped.
+// emFree refuses mapped pages. The details say what was wrong.
+// ---------------------------------------------------------------------------
+emError_t emMemGetGranularity(size_t* granularity);
+emError_t emMemAddressReserve(void** ptr, size_t size);
+emError_t emMemAddressFree(void* ptr);
+emError_t emMemMap(void* ptr, size_t size);
+emError_t emMemUnmap(void* ptr, size_t size);
 
 #ifdef __cplusplus
 } // extern "C"
