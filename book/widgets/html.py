@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Colours per table entry kind, readable on a light page. The book's own
@@ -32,6 +33,30 @@ SANS = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def picture_css(root: str, label_width: int) -> str:
+    """The rules chapter 16's pictures share, under the class `root`: a titled column of
+    labelled rows, and a legend of colour swatches (`swatches`). Each picture adds the rules for
+    what its rows draw."""
+    return f"""
+.{root} {{ font-family: {SANS}; font-size: 12px; margin: 4px 0; max-width: 760px; }}
+.{root} .ember-title {{ font-weight: 600; margin-bottom: 4px; }}
+.{root} .ember-row {{ display: flex; align-items: center; margin: 2px 0; }}
+.{root} .ember-label {{ font-family: {MONO}; width: {label_width}px; min-width: {label_width}px;
+  white-space: nowrap; overflow: hidden; }}
+.{root} .ember-legend {{ color: #374151; margin-top: 4px; }}
+.{root} .ember-swatch {{ display: inline-block; width: 10px; height: 10px;
+  margin: 0 3px 0 10px; border-radius: 1px; }}
+"""
+
+
+def swatches(entries: Iterable[tuple[str, str]]) -> str:
+    """A legend's entries, (colour, label) each: a coloured square, then the label."""
+    return "".join(
+        f'<span class="ember-swatch" style="background: {colour}"></span>{esc(label)}'
+        for colour, label in entries
+    )
 
 
 def style(css: str) -> str:

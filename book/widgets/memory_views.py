@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from book.widgets.html import MONO, SANS, esc, inline
+from book.widgets.html import esc, inline, picture_css, swatches
 from book.widgets.view import View
 
 MIB = 2**20
@@ -91,24 +91,20 @@ def segments_of(snapshot: dict[str, Any], device: int = 0) -> list[SegmentSummar
     return sorted(found, key=lambda s: s.address)
 
 
-_CSS = f"""
-.ember-memory {{ font-family: {SANS}; font-size: 12px; margin: 4px 0; max-width: 760px; }}
-.ember-memory .ember-title {{ font-weight: 600; margin-bottom: 4px; }}
-.ember-memory .ember-row {{ display: flex; align-items: center; margin: 2px 0; }}
-.ember-memory .ember-label {{ font-family: {MONO}; width: 190px; min-width: 190px;
-  white-space: nowrap; overflow: hidden; }}
-.ember-memory .ember-lane {{ flex-grow: 1; }}
-.ember-memory .ember-segment {{ position: relative; height: 14px; background: #f9fafb;
-  border: 1px solid #9ca3af; border-radius: 2px; overflow: hidden; }}
-.ember-memory .ember-block {{ position: absolute; top: 0; height: 14px;
-  border-right: 1px solid #ffffff; }}
-.ember-memory .ember-columns {{ display: flex; align-items: flex-end; height: 90px;
-  border-bottom: 1px solid #9ca3af; }}
-.ember-memory .ember-column {{ flex-grow: 1; background: #ea580c; margin-right: 1px; }}
-.ember-memory .ember-legend {{ color: #374151; margin-top: 4px; }}
-.ember-memory .ember-swatch {{ display: inline-block; width: 10px; height: 10px;
-  margin: 0 3px 0 10px; border-radius: 1px; border: 1px solid #9ca3af; }}
+_CSS = (
+    picture_css("ember-memory", label_width=190)
+    + """
+.ember-memory .ember-lane { flex-grow: 1; }
+.ember-memory .ember-segment { position: relative; height: 14px; background: #f9fafb;
+  border: 1px solid #9ca3af; border-radius: 2px; overflow: hidden; }
+.ember-memory .ember-block { position: absolute; top: 0; height: 14px;
+  border-right: 1px solid #ffffff; }
+.ember-memory .ember-columns { display: flex; align-items: flex-end; height: 90px;
+  border-bottom: 1px solid #9ca3af; }
+.ember-memory .ember-column { flex-grow: 1; background: #ea580c; margin-right: 1px; }
+.ember-memory .ember-swatch { border: 1px solid #9ca3af; }
 """
+)
 
 
 class SegmentsView(View):
@@ -162,10 +158,7 @@ class SegmentsView(View):
                 f"{''.join(blocks)}</div></div></div>"
             )
         reserved, allocated = self.totals()
-        legend = "".join(
-            f'<span class="ember-swatch" style="background: {colour}"></span>{esc(_STATE_NAMES[state])}'
-            for state, colour in _STATE_COLOURS.items()
-        )
+        legend = swatches((colour, _STATE_NAMES[state]) for state, colour in _STATE_COLOURS.items())
         markup = (
             '<div class="ember-memory">'
             f'<div class="ember-title">{esc(self.title)}: reserved {mib(reserved)}, '

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from book.widgets.html import MONO, SANS, esc, inline
+from book.widgets.html import esc, inline, picture_css, swatches
 from book.widgets.view import View
 
 # Kineto's categories ("cat") for the activities this picture shows.
@@ -126,22 +126,18 @@ _KIND_COLOURS = {
     "copy": "#16a34a",
     "memset": "#a855f7",
 }
-_CSS = f"""
-.ember-timeline {{ font-family: {SANS}; font-size: 12px; margin: 4px 0; max-width: 760px; }}
-.ember-timeline .ember-title {{ font-weight: 600; margin-bottom: 4px; }}
-.ember-timeline .ember-row {{ display: flex; align-items: center; margin: 2px 0; }}
-.ember-timeline .ember-label {{ font-family: {MONO}; width: 150px; min-width: 150px;
-  white-space: nowrap; overflow: hidden; }}
+LABEL_PX = 150  # the labels' column; the time axis starts after it
+_CSS = (
+    picture_css("ember-timeline", label_width=LABEL_PX)
+    + f"""
 .ember-timeline .ember-lane {{ position: relative; flex-grow: 1; height: 14px;
   background: #f3f4f6; border-radius: 2px; overflow: hidden; }}
 .ember-timeline .ember-span {{ position: absolute; top: 1px; height: 12px;
   border-radius: 1px; opacity: 0.9; }}
 .ember-timeline .ember-axis {{ display: flex; justify-content: space-between;
-  margin-left: 150px; color: #6b7280; }}
-.ember-timeline .ember-legend {{ color: #374151; margin-top: 4px; }}
-.ember-timeline .ember-swatch {{ display: inline-block; width: 10px; height: 10px;
-  margin: 0 3px 0 10px; border-radius: 1px; }}
+  margin-left: {LABEL_PX}px; color: #6b7280; }}
 """
+)
 
 
 class TimelineView(View):
@@ -179,10 +175,7 @@ class TimelineView(View):
                 f'<div class="ember-lane">{"".join(bars)}</div></div>'
             )
         kinds = sorted({span.kind for track in timeline.tracks for span in track.spans})
-        legend = "".join(
-            f'<span class="ember-swatch" style="background: {_KIND_COLOURS[kind]}"></span>{esc(kind)}'
-            for kind in kinds
-        )
+        legend = swatches((_KIND_COLOURS[kind], kind) for kind in kinds)
         markup = (
             '<div class="ember-timeline">'
             f'<div class="ember-title">{esc(self.title)}</div>'
