@@ -33,6 +33,7 @@ emError_t emSetDevice(int device) {
 }
 
 emError_t emDeviceSynchronize(int device) {
+  clear_detail();
   if (!valid_device(device)) return invalid_device(device);
   return translate_exceptions([&] {
     Scheduler& sc = scheduler();
@@ -44,14 +45,19 @@ emError_t emDeviceSynchronize(int device) {
       if (captured != emSuccess) return captured;
       if (s->done < s->enqueued) targets.emplace_back(s, s->enqueued);
     }
-    if (targets.empty()) return emSuccess;
-    if (kernel_depth > 0) return no_wait_in_kernel("emDeviceSynchronize");
-    sc.progress.wait(lock, [&] {
-      for (const auto& [s, target] : targets) {
-        if (s->done < target) return false;
-      }
-      return true;
-    });
+    if (!targets.empty()) {
+      if (kernel_depth > 0) return no_wait_in_kernel("emDeviceSynchronize");
+      sc.progress.wait(lock, [&] {
+        for (const auto& [s, target] : targets) {
+          if (s->done < target) return false;
+        }
+        return true;
+      });
+    }
+    // A failed stream fails its device's synchronize (the first one found).
+    for (Stream* s : sc.streams[device]) {
+      if (s->failed) return launch_failure(*s);
+    }
     return emSuccess;
   });
 }

@@ -16,9 +16,9 @@
 // This header is the driver's whole public face: code above the driver
 // (csrc/runtime, csrc/aten, the book) includes it and nothing else from this
 // folder. The implementation is one file per area, named after it (device,
-// memory, launch, stream, event, tracer; error and fork), sharing state
-// through the private internal.h. Its test, a plain C++ program, is
-// tests/extension/driver/.
+// memory, vmm, launch, stream, event, graph, link, tracer; error and fork),
+// sharing state through the private internal.h. Its test, a plain C++
+// program, is tests/extension/driver/.
 #pragma once
 
 #include <stddef.h>
@@ -33,7 +33,8 @@ typedef enum emError {
   emErrorInvalidDevice = 1,   // device index out of range
   emErrorInvalidValue = 2,    // null pointer, unknown pointer, bad size
   emErrorMemoryAllocation = 3, // the device (or the host mapping) is full
-  emErrorStreamCapture = 4     // not allowed while a stream captures a graph
+  emErrorStreamCapture = 4,    // not allowed while a stream captures a graph
+  emErrorLaunchFailure = 5     // an asynchronous kernel failed (emKernelFail)
 } emError_t;
 
 typedef enum emMemcpyKind {
@@ -104,7 +105,8 @@ emError_t emMemResetPeak(int device);
 // driver. Failed calls and no-ops (emMalloc of 0 bytes, emFree(NULL), a copy
 // of 0 bytes) report nothing. Asynchronous work is reported when it is queued
 // (on the host thread that queued it), not when a worker runs it:
-// emMemcpyAsync as emEventMemcpy with `async` set.
+// emMemcpyAsync as emEventMemcpy, emLaunchKernelAsync as emEventKernelLaunch,
+// both with `async` set.
 //
 // Kinds 0..3 are reported from the start. The stream kinds (4 and up) are
 // reported only once a tool enables them (emSetEventKindEnabled), so that a
@@ -129,7 +131,7 @@ typedef struct emEvent {
   emEventKind kind;
   // malloc/free: the allocation's device. memcpy: the device side of the
   // copy (H2D: destination, D2H: source, D2D: destination). launch: the
-  // current device of the launching thread.
+  // device it runs on (emLaunchKernel: the launching thread's current one).
   int device;
   // D2D memcpy: the source device. Otherwise -1.
   int peer_device;
@@ -142,8 +144,9 @@ typedef struct emEvent {
   emStream_t stream;        // memcpy/launch/stream kinds: the stream's id
                             // (on `device`, except for an emMemcpyAsync
                             // queued on another device's stream); else 0
-  int async;                // 1: queued, runs later (emMemcpyAsync, the
-                            // stream kinds); 0: done when reported
+  int async;                // 1: queued, runs later (emMemcpyAsync,
+                            // emLaunchKernelAsync, the stream kinds); 0:
+                            // done when reported
   uint64_t microseconds;    // sleep only
   emSyncEvent_t sync_event; // event record/wait only; otherwise 0
 } emEvent;
@@ -163,8 +166,8 @@ emError_t emSetEventKindEnabled(emEventKind kind, int enabled);
 // Activity records: what a profiler needs (CUPTI's activity API in small).
 // The event callback above says what was asked, when it was asked; an
 // activity says when the device did it. While an activity callback is
-// installed, the driver times each kernel (emLaunchKernel, by value), each
-// copy (emMemcpy, and an emMemcpyAsync when its stream's worker runs it),
+// installed, the driver times each kernel (emLaunchKernel, by value, and
+// emLaunchKernelAsync when its stream's worker runs it), each copy (emMemcpy, and an emMemcpyAsync when its stream's worker runs it),
 // each emSleepAsync and each sync event record (when its stream reaches it:
 // start == end), and reports it once done, on the thread that did it (a
 // worker's, for asynchronous work), with no driver lock held. Times are
@@ -198,7 +201,8 @@ typedef struct emActivity {
                             // valid during the callback only
   emMemcpyKind memcpy_kind; // memcpy only
   size_t bytes;             // memcpy only
-  int async;                // 1: queued work (all but kernels, emMemcpy)
+  int async;                // 1: queued work (all but emMemcpy and the
+                            // kernels of emLaunchKernel, by value, graphs)
   emSyncEvent_t sync_event; // event record only
   int64_t graph;            // a kernel of an emGraphLaunch: its emGraph_t;
                             // else 0
@@ -214,9 +218,10 @@ emError_t emSetActivityCallback(emActivityCallback callback, void* user);
 emError_t emActivityPushCorrelationId(uint64_t id);
 emError_t emActivityPopCorrelationId(uint64_t* id);
 // Names the calling thread's next kernel launch in its activity record
-// (e.g. a generated kernel's name). The next emLaunchKernel or
-// emLaunchKernelByValue takes it, whether or not it succeeds; `name` must
-// stay valid until then. NULL: unnamed.
+// (e.g. a generated kernel's name). The next emLaunchKernel,
+// emLaunchKernelByValue or emLaunchKernelAsync takes it, whether or not it
+// succeeds; `name` must stay valid until then (emLaunchKernelAsync copies
+// it). NULL: unnamed.
 emError_t emSetNextLaunchName(const char* name);
 
 // ---------------------------------------------------------------------------
@@ -407,6 +412,48 @@ emError_t emMemAddressReserve(void** ptr, size_t size);
 emError_t emMemAddressFree(void* ptr);
 emError_t emMemMap(void* ptr, size_t size);
 emError_t emMemUnmap(void* ptr, size_t size);
+
+// ---------------------------------------------------------------------------
+// Asynchronous kernels, their failures, and links between processes: what a
+// collective-communication backend (eccl) needs from the device.
+// ---------------------------------------------------------------------------
+
+// Queues fn(arg) on (device, stream) and returns at once: the stream's worker
+// runs fn after the stream's earlier work, as a kernel (emGetKernelOffset works
+// in fn, waiting calls are refused there, and nested launches run at once on the
+// worker). `buffers` as for emLaunchKernel: kept from reuse until fn returns.
+// On success fn is called exactly once, and owns arg; on failure it is never called.
+emError_t emLaunchKernelAsync(void (*fn)(void* arg), void* arg,
+                              void* const* buffers, size_t num_buffers,
+                              int device, emStream_t stream);
+
+// Inside a kernel run by a stream's worker (emLaunchKernelAsync): the kernel
+// failed, for the reason `detail`. The failure is sticky, as a real device's
+// asynchronous errors are: from then on emStreamSynchronize of that stream,
+// emDeviceSynchronize of its device, emSyncEventSynchronize of an event recorded
+// on it after the failure, and any kernel or synchronous copy in order on it
+// (they do not run) return emErrorLaunchFailure, emGetErrorDetail saying
+// "<detail>". A stream that waits on such an event (emStreamWaitSyncEvent) takes
+// the same failure when its worker reaches the wait. Queued asynchronous work
+// still runs (fn must be called once, it owns arg). Outside a worker's kernel:
+// emErrorInvalidValue.
+emError_t emKernelFail(const char* detail);
+
+// Links: device memory shared between processes on one machine, as peer access
+// or NVLink joins real devices. A link is a named POSIX shared-memory object
+// that each process maps into the current device's address space: kernels and
+// copies use it as they use memory from emMalloc (buffers of a launch may name
+// it), and what a kernel of one process writes there, a kernel of another
+// process reads. It does not count in the device's memory stats or capacity.
+// emLinkOpen with create = 1 makes the object (`name` must not exist: the detail
+// says so), sized `size` bytes and zero-filled; with create = 0 it opens an existing one, which
+// must have exactly `size` bytes. *ptr gets its device address (page-aligned).
+// emLinkUnlink removes the name (mappings stay valid; once every process has
+// opened the link, removing the name leaves nothing behind when they exit).
+// emLinkClose unmaps it (no queued work may still use it).
+emError_t emLinkOpen(const char* name, size_t size, int create, void** ptr);
+emError_t emLinkUnlink(const char* name);
+emError_t emLinkClose(void* ptr);
 
 #ifdef __cplusplus
 } // extern "C"

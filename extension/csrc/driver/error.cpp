@@ -60,6 +60,8 @@ const char* emGetErrorString(emError_t error) {
       return "out of memory";
     case emErrorStreamCapture:
       return "operation not permitted while a stream is capturing";
+    case emErrorLaunchFailure:
+      return "an asynchronous kernel failed";
   }
   return "unknown ember error";
 }

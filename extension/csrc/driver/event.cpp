@@ -1,11 +1,13 @@
 // Sync events: markers recorded into a stream, which the host can query or
 // wait for, other streams can wait on, and which time the work between two
 // of them (what torch.ember.Event builds on). An event is "completed" when
-// the stream's worker reaches its record (stream.cpp runs the queue).
+// the stream's worker reaches its record (stream.cpp runs the queue), and
+// takes on the stream's failure (emKernelFail) then, if it has one.
 
 #include "internal.h"
 
 #include <chrono>
+#include <string>
 #include <utility>
 
 namespace ember::driver::detail {
@@ -20,10 +22,12 @@ emError_t unrecorded(const SyncEvent& event) {
 } // namespace
 
 // Caller holds the scheduler mutex.
-void complete_record(SyncEvent& event, uint64_t generation) {
+void complete_record(SyncEvent& event, uint64_t generation, const Stream& s) {
   if (generation > event.completed) {
     event.completed = generation;
     event.time = Clock::now();
+    event.failure = s.failed ? s.failure : std::string();
+    event.failed = s.failed;
   }
 }
 
@@ -101,7 +105,7 @@ emError_t emSyncEventRecord(emSyncEvent_t event, int device,
     if (s->idle()) {
       // Nothing ahead of it: the stream reaches the event now.
       if (issue.start_ns != 0) reached_ns = now_ns();
-      complete_record(*e, generation);
+      complete_record(*e, generation, *s);
       notify_progress();
       reached = s;
       return emSuccess;
@@ -153,10 +157,12 @@ emError_t emSyncEventSynchronize(emSyncEvent_t event) {
     if (status != emSuccess) return status;
     if (e->recorded == 0) return unrecorded(*e);
     const uint64_t generation = e->recorded;
-    if (e->completed >= generation) return emSuccess;
-    if (kernel_depth > 0) return no_wait_in_kernel("emSyncEventSynchronize");
-    sc.progress.wait(lock, [&] { return e->completed >= generation; });
-    return emSuccess;
+    if (e->completed < generation) {
+      if (kernel_depth > 0) return no_wait_in_kernel("emSyncEventSynchronize");
+      sc.progress.wait(lock, [&] { return e->completed >= generation; });
+    }
+    return e->failed ? fail(emErrorLaunchFailure, "%s", e->failure.c_str())
+                     : emSuccess;
   });
 }
 
@@ -174,7 +180,9 @@ emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
     if (found != emSuccess) return found;
     if (e->recorded == 0) return unrecorded(*e);
     event_device = e->device;
-    if (e->completed >= e->recorded) return emSuccess; // nothing to wait for
+    // Nothing to wait for; but a failed event still passes its failure on,
+    // when the stream's worker reaches the wait (queued, already met).
+    if (e->completed >= e->recorded && !e->failed) return emSuccess;
     Op op;
     op.kind = Op::kWait;
     op.generation = e->recorded;

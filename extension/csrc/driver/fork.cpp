@@ -7,6 +7,10 @@
 // taken around fork() so that the child's copies of them are consistent;
 // before them, the streams are drained (scheduler_before_fork, stream.cpp),
 // so that the copy holds the results of all work queued before the fork.
+// Links (link.cpp) are the exception, on purpose: their memory is meant to be
+// shared between processes, so the child keeps the parent's mappings of them
+// (MAP_SHARED, untouched here: they lie in reservable space, which only the
+// pieces of emMemMap are remapped in).
 
 #include "internal.h"
 

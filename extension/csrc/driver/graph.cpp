@@ -80,14 +80,16 @@ std::optional<std::vector<AllocationPtr>> allocations_of(void* const* buffers,
 emError_t capture_violation(Stream* s, const char* call) {
   if (s == nullptr || s->capture == nullptr) return emSuccess;
   if (s->capture->invalidated_by.empty()) s->capture->invalidated_by = call;
-  const bool launch = std::strcmp(call, "emLaunchKernel") == 0;
+  const char* why = "it runs or waits for work now";
+  if (std::strcmp(call, "emLaunchKernel") == 0) {
+    why = "its argument is read in place: only launches by value are recorded";
+  } else if (std::strcmp(call, "emLaunchKernelAsync") == 0) {
+    why = "graphs of asynchronous kernels are not supported";
+  }
   return fail(emErrorStreamCapture,
               "stream %lld of ember device %d is capturing a graph, and %s "
               "cannot be captured (%s); the capture is invalidated",
-              static_cast<long long>(s->id), s->device, call,
-              launch ? "its argument is read in place: only launches by "
-                       "value are recorded"
-                     : "it runs or waits for work now");
+              static_cast<long long>(s->id), s->device, call, why);
 }
 
 } // namespace ember::driver::detail
@@ -217,6 +219,8 @@ emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream) {
   status = translate_exceptions([&] {
     if (issue.start_ns != 0) spans.reserve(g->nodes.size());
     HostWork work(s, s); // in order on the stream, like one launch
+    const emError_t failed = work.status(); // a stream's kernel failed
+    if (failed != emSuccess) return failed;
     KernelScope scope;
     for (GraphNode& node : g->nodes) {
       const uint64_t started = issue.start_ns != 0 ? now_ns() : 0;

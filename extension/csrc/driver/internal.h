@@ -8,9 +8,12 @@
 //   device.cpp  devices, the current device, emDeviceSynchronize
 //   memory.cpp  the double-mapped device memory, allocations, copies, stats
 //   vmm.cpp     address reservations and the pages mapped into them
-//   launch.cpp  kernels (emLaunchKernel, emGetKernelOffset)
+//   launch.cpp  kernels (emLaunchKernel, emLaunchKernelAsync, emKernelFail,
+//               emGetKernelOffset)
 //   stream.cpp  streams, their worker threads, asynchronous work
 //   event.cpp   sync events (record, wait, query, elapsed time)
+//   graph.cpp   graphs: by-value launches captured and replayed
+//   link.cpp    links: shared memory mapped into device address space
 //   tracer.cpp  the event callback and the activity records tools watch
 //   fork.cpp    fork(): the child gets device memory of its own
 //
@@ -31,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <unordered_map>
@@ -151,6 +155,11 @@ struct Allocation {
   // reservable space, and only emMemUnmap (never emFree) releases them.
   bool mapped = false;
   uint64_t mapping = 0; // which emMemMap call mapped it (they count from 1)
+  // A link (link.cpp): base lies in reservable space, file_offset is 0 in a
+  // shared-memory object, not in the device's file. Its range is neither
+  // punched nor returned to the file's free list; emLinkClose (never emFree)
+  // releases it, and it counts in no stats.
+  bool link = false;
 };
 using AllocationPtr = std::shared_ptr<Allocation>;
 
@@ -213,6 +222,9 @@ bool remap_pieces(const Region& r, int device, int fd);
 // (a reservation's space) in both views.
 bool map_piece(const Region& r, char* at, size_t length, int fd,
                size_t file_offset);
+// Puts [at, at + length) of reservable space back to reserved (inaccessible,
+// no memory behind it) in both views.
+bool unmap_piece(const Region& r, char* at, size_t length);
 
 // Where the driver itself reads and writes device address p.
 template <typename T>
@@ -238,6 +250,12 @@ const void* copy_source(const void* src, emMemcpyKind kind);
 // kernel runs at once.
 
 inline thread_local int kernel_depth = 0;
+
+struct Stream;
+// On a stream's worker thread, while it runs an asynchronous kernel
+// (emLaunchKernelAsync): that stream, which emKernelFail marks failed.
+// nullptr everywhere else.
+inline thread_local Stream* worker_stream = nullptr;
 
 // Marks the thread as running a kernel (kernel_depth) for fn's duration.
 struct KernelScope {
@@ -265,6 +283,10 @@ struct SyncEvent {
   uint64_t recorded = 0;
   uint64_t completed = 0;
   Clock::time_point time{};
+  // The failure (emKernelFail) of the stream that reached generation
+  // `completed`, taken when it reached it: synchronize and waits pass it on.
+  bool failed = false;
+  std::string failure;
 };
 using SyncEventPtr = std::shared_ptr<SyncEvent>;
 
@@ -278,13 +300,19 @@ struct ActivityIssue {
 };
 
 struct Op {
-  enum Kind { kCopy, kSleep, kRecord, kWait } kind = kCopy;
+  enum Kind { kCopy, kSleep, kRecord, kWait, kKernel } kind = kCopy;
   uint64_t seq = 0; // position in its stream, from 1
   // kCopy
   void* to = nullptr;
   const void* from = nullptr;
   size_t count = 0;
   std::vector<AllocationPtr> allocs; // keeps freed ranges from reuse
+                                     // (kCopy, kKernel)
+  // kKernel: fn(arg), run by the worker; `name` for its activity record
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  std::string name;
+  bool named = false;
   // kSleep
   uint64_t microseconds = 0;
   // kRecord, kWait
@@ -309,6 +337,10 @@ struct Stream {
   bool has_worker = false;
   std::condition_variable work; // the worker waits here for runnable work
   Capture* capture = nullptr;   // set while the stream captures a graph
+  // Sticky: the first emKernelFail of a kernel on the stream (or a failed
+  // event it waited on). Later kernels and copies in order refuse to run.
+  bool failed = false;
+  std::string failure;
 
   bool idle() const { return queue.empty() && !running && host_holds == 0; }
 };
@@ -356,8 +388,12 @@ emError_t capture_violation(Stream* s, const char* call);
 
 // Finds sync event `id`, or fails with the detail.
 emError_t find_event(emSyncEvent_t id, SyncEventPtr* out);
-// Marks `generation` of the event completed, now.
-void complete_record(SyncEvent& event, uint64_t generation);
+// Marks `generation` of the event completed, now, by stream `s` (whose
+// failure, if any, the event takes on).
+void complete_record(SyncEvent& event, uint64_t generation, const Stream& s);
+// emErrorLaunchFailure with `s`'s failure as the detail. Caller holds the
+// scheduler mutex and has checked s.failed.
+emError_t launch_failure(const Stream& s);
 
 // Host work in stream order: waits until the streams' earlier work is done,
 // then holds them (their workers start nothing queued later) until destroyed.
@@ -370,8 +406,14 @@ class HostWork {
   HostWork(const HostWork&) = delete;
   HostWork& operator=(const HostWork&) = delete;
 
+  // emErrorLaunchFailure (with the detail) if a held stream had failed when
+  // the wait ended: the work must not run. Else emSuccess.
+  emError_t status() const;
+
  private:
   std::array<Stream*, 2> streams_{};
+  bool failed_ = false;
+  std::string failure_;
 };
 
 // fork() (fork.cpp): the scheduler's part, run before the memory locks are

@@ -190,6 +190,7 @@ void FreeList::give_back(size_t begin, size_t length) {
 }
 
 Allocation::~Allocation() {
+  if (link) return; // emLinkClose gave its address space back (link.cpp)
   State& s = state();
   // Return the pages to the OS first, so that the range is empty (reads as
   // zeros) before anyone can be given it again. In a forked child that could
@@ -350,6 +351,10 @@ emError_t emFree(void* ptr) {
                   "%p is mapped into a reservation: emMemUnmap releases it",
                   ptr);
     }
+    if (it->second->link) {
+      return fail(emErrorInvalidValue,
+                  "%p is a link: emLinkClose releases it", ptr);
+    }
     alloc = std::move(it->second);
     s.allocations.erase(it);
 
@@ -402,6 +407,8 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
       if (captured != emSuccess) return captured;
     }
     HostWork work(stream, other);
+    const emError_t failed = work.status(); // a stream's kernel failed
+    if (failed != emSuccess) return failed;
     if (issue.start_ns != 0) started = now_ns();
     std::memmove(copy_target(dst, kind), copy_source(src, kind), count);
     return emSuccess;

@@ -1,7 +1,8 @@
 // Streams: in-order queues of device work, each run by its own worker thread.
 //
-// Every stream is a queue of operations (copies, sleeps, event records and
-// waits) that one detached worker thread runs in order. One mutex
+// Every stream is a queue of operations (copies, sleeps, asynchronous
+// kernels, event records and waits) that one detached worker thread runs in
+// order. One mutex
 // (Scheduler::mutex) guards all stream and event state; workers wait on their
 // stream's condition variable for work, and everyone who waits for progress
 // (a synchronize, a worker at an event wait) waits on one shared condition
@@ -12,6 +13,12 @@
 //
 // The operations sync events add to a queue (record, wait) are run here too;
 // the events themselves are in event.cpp.
+//
+// A kernel that fails (emKernelFail) marks its stream failed, for good: the
+// flag never stops the queue (queued kernels own their arguments and must
+// run), it makes the calls that wait for the stream or run work in order on it
+// report emErrorLaunchFailure. Events carry it to the streams that wait on
+// them.
 
 #include "internal.h"
 
@@ -47,6 +54,32 @@ void wake(Stream* s) {
 
 bool wait_met(const Op& op) {
   return op.event->completed >= op.generation;
+}
+
+// An asynchronous kernel, on its stream's worker, with no lock held. fn runs
+// as a kernel launched on (s->device, s): nested launches and copies see that
+// device and stream as current and run at once, like those of a host kernel.
+void run_kernel(Stream* s, const Op& op) {
+  current_device = s->device;
+  current_streams[s->device] = s;
+  const uint64_t started = op.issue.start_ns != 0 ? now_ns() : 0;
+  worker_stream = s;
+  {
+    KernelScope scope;
+    op.fn(op.arg);
+  }
+  worker_stream = nullptr;
+  if (started != 0) {
+    emActivity activity{};
+    activity.kind = emActivityKernel;
+    activity.device = s->device;
+    activity.stream = s->id;
+    activity.start_ns = started;
+    activity.end_ns = now_ns();
+    activity.name = op.named ? op.name.c_str() : nullptr;
+    activity.async = 1;
+    report_activity(activity, op.issue);
+  }
 }
 
 } // namespace
@@ -116,16 +149,24 @@ void worker_main(Stream* s) {
     if (op.kind == Op::kRecord) {
       // Timed before anyone waiting can see the event complete.
       const uint64_t reached = op.issue.start_ns != 0 ? now_ns() : 0;
-      complete_record(*op.event, op.generation);
+      complete_record(*op.event, op.generation, *s);
       if (reached != 0) {
         lock.unlock(); // the callback runs with no driver lock held
         report_stream_work(emActivitySyncEventRecord, *s, reached, op.issue,
                            op.event->id);
         lock.lock();
       }
-    } else if (op.kind != Op::kWait) {
+    } else if (op.kind == Op::kWait) {
+      // The event's failure passes to the stream that waited for it.
+      if (op.event->failed && !s->failed) {
+        s->failure = op.event->failure;
+        s->failed = true;
+      }
+    } else {
       lock.unlock();
-      if (op.kind == Op::kCopy) {
+      if (op.kind == Op::kKernel) {
+        run_kernel(s, op);
+      } else if (op.kind == Op::kCopy) {
         const uint64_t started = op.issue.start_ns != 0 ? now_ns() : 0;
         std::memmove(op.to, op.from, op.count);
         if (started != 0) {
@@ -187,11 +228,23 @@ Stream* current_stream_of(int device) {
   return s != nullptr ? s : scheduler().streams[device][0];
 }
 
-// Caller holds the scheduler mutex (through `lock`). Queues `op` on `s`.
+emError_t launch_failure(const Stream& s) {
+  return fail(emErrorLaunchFailure, "%s", s.failure.c_str());
+}
+
+// Caller holds the scheduler mutex (through `lock`). Queues `op` on `s`. If
+// it throws, nothing is queued: a caller that reports failure must be able
+// to promise the op never runs (emLaunchKernelAsync's fn).
 void enqueue(Stream* s, Op op) {
-  op.seq = ++s->enqueued;
+  op.seq = s->enqueued + 1;
   s->queue.push_back(std::move(op));
-  wake(s);
+  try {
+    wake(s);
+  } catch (...) {
+    s->queue.pop_back();
+    throw;
+  }
+  ++s->enqueued;
 }
 
 HostWork::HostWork(Stream* a, Stream* b) {
@@ -210,10 +263,21 @@ HostWork::HostWork(Stream* a, Stream* b) {
         (streams_[1] == nullptr || streams_[1]->done >= target1);
   });
   for (Stream* s : streams_) {
+    if (s != nullptr && s->failed && !failed_) {
+      failure_ = s->failure; // may throw: nothing held yet
+      failed_ = true;
+    }
+  }
+  for (Stream* s : streams_) {
     if (s == nullptr) continue;
     ++s->host_holds;
     held_streams.push_back(s); // reserved above: cannot throw
   }
+}
+
+emError_t HostWork::status() const {
+  return failed_ ? fail(emErrorLaunchFailure, "%s", failure_.c_str())
+                 : emSuccess;
 }
 
 HostWork::~HostWork() {
@@ -326,10 +390,11 @@ emError_t emStreamSynchronize(int device, emStream_t stream) {
     if (status == emSuccess) status = capture_violation(s, "emStreamSynchronize");
     if (status != emSuccess) return status;
     const uint64_t target = s->enqueued;
-    if (s->done >= target) return emSuccess;
-    if (kernel_depth > 0) return no_wait_in_kernel("emStreamSynchronize");
-    sc.progress.wait(lock, [&] { return s->done >= target; });
-    return emSuccess;
+    if (s->done < target) {
+      if (kernel_depth > 0) return no_wait_in_kernel("emStreamSynchronize");
+      sc.progress.wait(lock, [&] { return s->done >= target; });
+    }
+    return s->failed ? launch_failure(*s) : emSuccess;
   });
 }
 

@@ -49,18 +49,6 @@ auto find_reservation(uintptr_t p, size_t count) {
 // Guarded by State::mutex.
 uint64_t last_mapping = 0;
 
-// Back to reserved: anonymous, inaccessible, no memory behind it.
-bool unmap_piece(const Region& r, char* at, size_t length) {
-  for (char* view : {at, at + r.offset}) {
-    if (mmap(view, length, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-             0) == MAP_FAILED) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Takes `length` bytes of file pages: in one range if one is large enough,
 // else from the lowest offsets up. False (nothing taken) if the device has
 // fewer free bytes. Caller holds State::ranges_mutex.
@@ -88,6 +76,18 @@ bool take_pieces(FreeList& list, size_t length,
 }
 
 } // namespace
+
+// Back to reserved: anonymous, inaccessible, no memory behind it.
+bool unmap_piece(const Region& r, char* at, size_t length) {
+  for (char* view : {at, at + r.offset}) {
+    if (mmap(view, length, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+             0) == MAP_FAILED) {
+      return false;
+    }
+  }
+  return true;
+}
 
 bool map_piece(const Region& r, char* at, size_t length, int fd,
                size_t file_offset) {

@@ -70,9 +70,10 @@ void test_threads() {
 
 void test_error_strings() {
   for (emError_t e : {emSuccess, emErrorInvalidDevice, emErrorInvalidValue,
-                      emErrorMemoryAllocation}) {
+                      emErrorMemoryAllocation, emErrorStreamCapture,
+                      emErrorLaunchFailure}) {
     CHECK(std::strcmp(emGetErrorString(e), "unknown ember error") != 0);
   }
   // The "unknown ember error" fallback is for C callers: in C++ no value
-  // outside 0..3 can be formed in an emError_t without undefined behavior.
+  // outside 0..7 can be formed in an emError_t without undefined behavior.
 }

@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   test_activities();
   test_graphs();
   test_vmm();
+  test_async_kernels();
+  test_kernel_failure();
+  test_links();
   for (int d = 0; d < 2; ++d) {
     CHECK(stats_of(d).live_allocations == 0); // nothing leaked
   }

@@ -116,3 +116,8 @@ void test_activities();
 
 // graph_tests.cpp
 void test_graphs();
+// async_tests.cpp
+void test_async_kernels();
+void test_kernel_failure();
+// link_tests.cpp
+void test_links();
