@@ -105,3 +105,9 @@ compiler.use_launcher(_C.__file__)
 # streams too, and never imports Inductor.
 deferred.run_after_import(lambda: compiler.device_interface.register(device_module), ["torch._dynamo"])
 deferred.run_after_import(lambda: compiler.register(device_module, _C.__file__))
+
+# torch.distributed: eccl, the collective backend for ember devices (csrc/distributed). Registered
+# now, so that `import torch_ember` alone is enough for init_process_group, DDP and FSDP2.
+from torch_ember import distributed  # noqa: E402
+
+distributed.register(device_module.backend.entry)

@@ -1,0 +1,587 @@
+#include "distributed/EcclBackend.h"
+
+#include <ATen/core/jit_type.h>
+#include <ATen/ops/cat.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <c10/util/irange.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <utility>
+
+#include "aten/EmberAsyncLaunch.h"
+#include "aten/EmberLaunch.h"
+#include "distributed/EcclCollectives.h"
+
+// ember-book: begin eccl_backend
+namespace ember::eccl {
+namespace {
+
+constexpr auto kEmber = c10::DeviceType::PrivateUse1;
+
+const c10::impl::DeviceGuardImplInterface& guardImpl() {
+  return *c10::impl::getDeviceGuardImpl(kEmber);
+}
+
+const char* reduceName(RedOp op) {
+  switch (op) {
+    case RedOp::SUM: return "SUM";
+    case RedOp::AVG: return "AVG";
+    case RedOp::PRODUCT: return "PRODUCT";
+    case RedOp::MIN: return "MIN";
+    case RedOp::MAX: return "MAX";
+    case RedOp::BAND: return "BAND";
+    case RedOp::BOR: return "BOR";
+    case RedOp::BXOR: return "BXOR";
+    case RedOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+// The reductions eccl's kernels have, for this dtype.
+void checkReduction(const std::string& name, c10d::ReduceOp op,
+                    c10::ScalarType dtype) {
+  const RedOp kind = op.op_;
+  const bool known = kind == RedOp::SUM || kind == RedOp::AVG ||
+      kind == RedOp::PRODUCT || kind == RedOp::MIN || kind == RedOp::MAX;
+  TORCH_CHECK(known, "eccl: ", name, " does not support ReduceOp.",
+              reduceName(kind), " (eccl has SUM, AVG, PRODUCT, MIN, MAX)");
+  TORCH_CHECK(kind != RedOp::AVG || c10::isFloatingType(dtype) ||
+                  c10::isComplexType(dtype),
+              "eccl: ", name, " with ReduceOp.AVG needs a floating or complex "
+              "dtype, got ", dtype);
+  TORCH_CHECK(!c10::isComplexType(dtype) ||
+                  (kind != RedOp::MIN && kind != RedOp::MAX),
+              "eccl: ", name, " cannot take the ", reduceName(kind), " of ",
+              dtype, " (complex numbers have no order)");
+}
+
+// A unique name for the group's link in /dev/shm.
+std::string newLinkName() {
+  static std::atomic<int> groups{0};
+  std::random_device random;
+  return c10::str("/ember-eccl-", ::getpid(), "-", groups++, "-", random());
+}
+
+} // namespace
+
+void Outcome::fail(std::string message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error_) {
+    error_ = std::make_exception_ptr(c10::Error(std::move(message)));
+  }
+}
+
+std::exception_ptr Outcome::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+EcclWork::EcclWork(int rank, c10d::OpType type, uint64_t seq,
+                   c10::Stream comm, std::shared_ptr<Outcome> outcome,
+                   std::vector<at::Tensor> outputs, bool host_waits)
+    : c10d::Work(rank, type),
+      seq_(seq),
+      comm_(comm),
+      outcome_(std::move(outcome)),
+      outputs_(std::move(outputs)),
+      host_waits_(host_waits) {
+  done_.record(comm_);
+  // The future completes in stream order too: markCompleted records an event
+  // on the current stream, made the communication stream here, and whoever
+  // waits on the future makes their stream wait for it (as NCCL's does).
+  future_ = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()),
+      std::vector<c10::Device>{comm_.device()});
+  c10::StreamGuard on_comm(comm_);
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+void EcclWork::rethrowIfFailed() const {
+  if (auto error = outcome_->error()) std::rethrow_exception(error);
+}
+
+bool EcclWork::isCompleted() {
+  return done_.query();
+}
+
+bool EcclWork::isSuccess() const {
+  return done_.query() && !outcome_->error();
+}
+
+std::exception_ptr EcclWork::exception() const {
+  return outcome_->error();
+}
+
+bool EcclWork::wait(std::chrono::milliseconds /*timeout: the kernel's*/) {
+  rethrowIfFailed();
+  done_.block(guardImpl().getStream(comm_.device()));
+  if (host_waits_) synchronize();
+  return true;
+}
+
+void EcclWork::synchronize() {
+  try {
+    done_.synchronize();
+  } catch (const c10::Error&) {
+    rethrowIfFailed(); // the collective's own message, if it has one
+    throw;
+  }
+  rethrowIfFailed();
+}
+
+std::vector<at::Tensor> EcclWork::result() {
+  return outputs_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> EcclWork::getFuture() {
+  return future_;
+}
+
+uint64_t EcclWork::getSequencenumber() const {
+  return seq_;
+}
+
+EcclBackend::EcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                         int rank, int size,
+                         std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size),
+      timeout_(timeout),
+      failed_(std::make_shared<Outcome>()) {
+  TORCH_CHECK(size >= 1 && size <= kMaxRanks, "eccl: a group of ", size,
+              " ranks; the shared-memory link joins at most ", kMaxRanks);
+  // Rank 0 makes the link and names it in the store; the others open it by
+  // that name; the last to open removes the name, so nothing is left behind
+  // in /dev/shm, however the processes end.
+  const size_t bytes = linkBytes(size);
+  if (rank == 0) {
+    link_name_ = newLinkName();
+    EMBER_CHECK(emLinkOpen(link_name_.c_str(), bytes, 1, &link_));
+    store->set("eccl_link", link_name_);
+  } else {
+    const std::vector<uint8_t> name = store->get("eccl_link");
+    link_name_.assign(name.begin(), name.end());
+    EMBER_CHECK(emLinkOpen(link_name_.c_str(), bytes, 0, &link_));
+  }
+  if (store->add("eccl_opened", 1) == size) {
+    EMBER_CHECK(emLinkUnlink(link_name_.c_str()));
+    link_named_ = false;
+    store->deleteKey("eccl_link");
+    store->deleteKey("eccl_opened");
+  }
+  // Peers watch this rank's process while they wait for it.
+  const int pid = ::getpid();
+  ember::launch({link_}, [&](ptrdiff_t offset) {
+    auto* header = reinterpret_cast<LinkHeader*>(
+        ember::atOffset(static_cast<char*>(link_), offset));
+    header->ranks[rank].pid.store(pid, std::memory_order_release);
+  });
+}
+
+EcclBackend::~EcclBackend() {
+  try {
+    closeLink();
+  } catch (...) {
+    // A failed group's stream reports its failure again: nothing to add.
+  }
+}
+
+void EcclBackend::shutdown() {
+  closeLink();
+}
+
+void EcclBackend::closeLink() {
+  if (link_ == nullptr) return;
+  void* link = std::exchange(link_, nullptr);
+  if (link_named_) emLinkUnlink(link_name_.c_str()); // a peer never came
+  if (comm_) {
+    // Queued collectives still use the link.
+    emStreamSynchronize(comm_->device_index(), comm_->id());
+  }
+  EMBER_CHECK(emLinkClose(link));
+}
+
+std::chrono::milliseconds EcclBackend::timeoutOr(
+    std::chrono::milliseconds timeout) const {
+  return timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
+}
+
+c10::Device EcclBackend::deviceFor(const std::vector<at::Tensor>& tensors,
+                                   const std::string& name) {
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.device().type() == kEmber, "eccl: ", name,
+                " takes ember tensors, got one on ", t.device(),
+                " (for CPU tensors, name a CPU backend too: "
+                "init_process_group(\"cpu:gloo,ember:eccl\"))");
+    TORCH_CHECK(t.is_contiguous(), "eccl: ", name,
+                " takes contiguous tensors (call .contiguous() first)");
+    if (!device_) device_ = t.device();
+    TORCH_CHECK(t.device() == *device_, "eccl: ", name, " got a tensor on ",
+                t.device(), ", but this rank's group runs on ", *device_,
+                " (a group has one device per rank)");
+  }
+  if (!device_) device_ = c10::Device(kEmber, guardImpl().getDevice().index());
+  return *device_;
+}
+
+Descriptor EcclBackend::describe(const std::string& name, c10d::OpType type,
+                                 const at::Tensor& tensor, int64_t numel) {
+  Descriptor d; // its seq is given when it runs (run)
+  d.op = static_cast<int32_t>(type);
+  std::snprintf(d.name, sizeof(d.name), "%s", name.c_str());
+  d.dtype = static_cast<int32_t>(tensor.defined() ? tensor.scalar_type()
+                                                  : c10::kByte);
+  d.numel = numel;
+  d.world = getSize();
+  return d;
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
+  if (auto error = failed_->error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "eccl: ", call.name, ": the group failed earlier (",
+                  e.what_without_backtrace(), ")");
+    }
+  }
+  TORCH_CHECK(link_ != nullptr, "eccl: ", call.name, " after shutdown()");
+  const c10::Device device = deviceFor(call.tensors, call.name);
+  c10::DeviceGuard on_device(device);
+  if (!comm_) {
+    emStream_t id = 0;
+    EMBER_CHECK(emStreamCreate(device.index(), &id));
+    comm_ = c10::Stream(c10::Stream::UNSAFE, device, id);
+  }
+  // The inputs are ready when the caller's stream gets here.
+  c10::Event ready(kEmber);
+  ready.record(guardImpl().getStream(device));
+  ready.block(*comm_);
+  // Tensors in flight: their memory is not reused before the collective ends.
+  std::vector<const void*> buffers{link_};
+  for (const at::Tensor& t : call.tensors) {
+    guardImpl().recordDataPtrOnStream(t.storage().data_ptr(), *comm_);
+    buffers.push_back(t.data_ptr());
+  }
+  // Numbered only once every check passed: a call refused on one rank must
+  // not shift the numbering of the next.
+  if (call.descriptor) call.descriptor->seq = ++seq_;
+  const uint64_t seq = seq_;
+  const std::string what = call.descriptor
+      ? c10::str("eccl: ", call.name, " #", seq, " (", getSize(), " ranks)")
+      : c10::str("eccl: ", call.name);
+  auto outcome = std::make_shared<Outcome>();
+  emSetNextLaunchName(c10::str("eccl_", call.name).c_str());
+  ember::launchAsync(
+      device.index(), comm_->id(), buffers,
+      [link = static_cast<char*>(link_), rank = getRank(), world = getSize(),
+       timeout = timeoutOr(call.timeout), what, outcome, group = failed_,
+       descriptor = call.descriptor,
+       body = std::move(call.body)](ptrdiff_t offset) {
+        Session session(ember::atOffset(link, offset), rank, world, timeout,
+                        what);
+        try {
+          if (descriptor) session.agree(*descriptor);
+          body(session, offset);
+        } catch (const c10::Error& e) {
+          const std::string message = e.what_without_backtrace();
+          session.abort(message); // the peers must not wait for this rank
+          outcome->fail(message);
+          group->fail(message);
+          throw;
+        }
+      });
+  auto work = c10::make_intrusive<EcclWork>(getRank(), call.type, seq, *comm_,
+                                            outcome, call.outputs,
+                                            call.host_waits);
+  if (coalescing_) {
+    coalesced_.insert(coalesced_.end(), call.outputs.begin(),
+                      call.outputs.end());
+    coalesced_outcome_ = outcome;
+  }
+  return work;
+}
+
+void EcclBackend::startCoalescing() {
+  coalescing_ = true;
+  coalesced_.clear();
+  coalesced_outcome_ = std::make_shared<Outcome>();
+}
+
+// The calls in between ran one by one, in order on the communication stream;
+// their work is one work: done when the last is.
+c10::intrusive_ptr<c10d::Work> EcclBackend::endCoalescing() {
+  TORCH_CHECK(coalescing_, "eccl: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  if (!comm_) return nullptr; // nothing was issued
+  c10::DeviceGuard on_device(comm_->device());
+  return c10::make_intrusive<EcclWork>(getRank(), c10d::OpType::COALESCED,
+                                       seq_, *comm_, coalesced_outcome_,
+                                       std::move(coalesced_), false);
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: all_reduce takes one tensor");
+  at::Tensor t = tensors[0];
+  checkReduction("all_reduce", opts.reduceOp, t.scalar_type());
+  const Algorithm algorithm = chooseAllreduce(t.nbytes(), getSize());
+  Descriptor d = describe("all_reduce", c10d::OpType::ALLREDUCE, t, t.numel());
+  d.reduce = static_cast<int32_t>(opts.reduceOp.op_);
+  auto* data = static_cast<char*>(t.data_ptr());
+  return run({c10d::OpType::ALLREDUCE, "all_reduce", {t}, {t}, opts.timeout, d,
+              [data, numel = t.numel(), dtype = t.scalar_type(),
+               op = opts.reduceOp.op_, algorithm](Session& s, ptrdiff_t off) {
+                allReduce(s, ember::atOffset(data, off), numel, dtype, op,
+                          algorithm);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  startCoalescing();
+  for (at::Tensor& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    allreduce(one, opts);
+  }
+  return endCoalescing();
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: broadcast takes one tensor");
+  at::Tensor t = tensors[0];
+  Descriptor d = describe("broadcast", c10d::OpType::BROADCAST, t, t.numel());
+  d.root = opts.rootRank;
+  auto* data = static_cast<char*>(t.data_ptr());
+  return run({c10d::OpType::BROADCAST, "broadcast", {t}, {t}, opts.timeout, d,
+              [data, bytes = t.nbytes(), root = static_cast<int>(opts.rootRank)](
+                  Session& s, ptrdiff_t off) {
+                eccl::broadcast(s, ember::atOffset(data, off), bytes, root);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: reduce takes one tensor");
+  at::Tensor t = tensors[0];
+  checkReduction("reduce", opts.reduceOp, t.scalar_type());
+  Descriptor d = describe("reduce", c10d::OpType::REDUCE, t, t.numel());
+  d.root = opts.rootRank;
+  d.reduce = static_cast<int32_t>(opts.reduceOp.op_);
+  auto* data = static_cast<char*>(t.data_ptr());
+  return run({c10d::OpType::REDUCE, "reduce", {t}, {t}, opts.timeout, d,
+              [data, numel = t.numel(), dtype = t.scalar_type(),
+               op = opts.reduceOp.op_, root = static_cast<int>(opts.rootRank)](
+                  Session& s, ptrdiff_t off) {
+                eccl::reduce(s, ember::atOffset(data, off), numel, dtype, op,
+                             root);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
+              "eccl: all_gather takes one input tensor and one output list");
+  at::Tensor input = inputs[0];
+  const std::vector<at::Tensor>& list = outputs[0];
+  TORCH_CHECK(static_cast<int>(list.size()) == getSize(), "eccl: all_gather ",
+              "needs an output tensor for each of the ", getSize(),
+              " ranks, got ", list.size());
+  std::vector<at::Tensor> touched{input};
+  std::vector<char*> targets;
+  for (const at::Tensor& out : list) {
+    TORCH_CHECK(out.numel() == input.numel() &&
+                    out.scalar_type() == input.scalar_type(),
+                "eccl: all_gather's outputs must each match the input (",
+                input.numel(), " x ", input.scalar_type(), ")");
+    touched.push_back(out);
+    targets.push_back(static_cast<char*>(out.data_ptr()));
+  }
+  Descriptor d =
+      describe("all_gather", c10d::OpType::ALLGATHER, input, input.numel());
+  return run({c10d::OpType::ALLGATHER, "all_gather", touched, list,
+              opts.timeout, d,
+              [in = static_cast<const char*>(input.data_ptr()),
+               bytes = input.nbytes(), targets](Session& s, ptrdiff_t off) {
+                std::vector<char*> at;
+                for (char* p : targets) at.push_back(ember::atOffset(p, off));
+                allGather(s, ember::atOffset(in, off), bytes, at);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(output.numel() == input.numel() * getSize() &&
+                  output.scalar_type() == input.scalar_type(),
+              "eccl: all_gather_into_tensor needs an output of ", getSize(),
+              " x ", input.numel(), " ", input.scalar_type(),
+              " elements, got ", output.numel(), " ", output.scalar_type());
+  std::vector<at::Tensor> blocks;
+  for (const int r : c10::irange(getSize())) {
+    blocks.push_back(output.flatten().narrow(0, r * input.numel(),
+                                             input.numel()));
+  }
+  std::vector<std::vector<at::Tensor>> outputs{blocks};
+  std::vector<at::Tensor> inputs{input};
+  auto work = allgather(outputs, inputs, opts);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "eccl: all_gather_into_tensor_coalesced needs as many outputs "
+              "as inputs");
+  startCoalescing();
+  for (const size_t i : c10::irange(inputs.size())) {
+    _allgather_base(outputs[i], inputs[i], opts);
+  }
+  return endCoalescing();
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::ReduceScatterOptions& opts) {
+  checkReduction("reduce_scatter", opts.reduceOp, input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * getSize() &&
+                  output.scalar_type() == input.scalar_type(),
+              "eccl: reduce_scatter_tensor needs an input of ", getSize(),
+              " x ", output.numel(), " ", output.scalar_type(),
+              " elements, got ", input.numel(), " ", input.scalar_type());
+  Descriptor d = describe("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
+                          output, output.numel());
+  d.reduce = static_cast<int32_t>(opts.reduceOp.op_);
+  return run({c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {input, output},
+              {output}, opts.timeout, d,
+              [in = static_cast<const char*>(input.data_ptr()),
+               out = static_cast<char*>(output.data_ptr()),
+               numel = output.numel(), dtype = output.scalar_type(),
+               op = opts.reduceOp.op_](Session& s, ptrdiff_t off) {
+                reduceScatter(s, ember::atOffset(in, off),
+                              ember::atOffset(out, off), numel, dtype, op);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
+              "eccl: reduce_scatter takes one output and one input list");
+  TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(),
+              "eccl: reduce_scatter needs an input for each of the ",
+              getSize(), " ranks, got ", inputs[0].size());
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : inputs[0]) {
+    deviceFor({t}, "reduce_scatter");
+    flat.push_back(t.flatten());
+  }
+  // One contiguous input, made on the caller's stream before the collective.
+  at::Tensor input = at::cat(flat);
+  return _reduce_scatter_base(outputs[0], input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "eccl: reduce_scatter_tensor_coalesced needs as many outputs "
+              "as inputs");
+  startCoalescing();
+  for (const size_t i : c10::irange(inputs.size())) {
+    _reduce_scatter_base(outputs[i], inputs[i], opts);
+  }
+  return endCoalescing();
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input,
+    std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes,
+    const c10d::AllToAllOptions& opts) {
+  const int world = getSize();
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "eccl: all_to_all_single needs one dtype, got ",
+              input.scalar_type(), " and ", output.scalar_type());
+  // Splits count rows (dim 0); none given: equal blocks.
+  const int64_t rows = input.dim() > 0 ? input.size(0) : 1;
+  const int64_t row_bytes = rows > 0 ? input.nbytes() / rows : 0;
+  Descriptor d = describe("all_to_all", c10d::OpType::ALLTOALL_BASE, input, -1);
+  for (const int q : c10::irange(world)) {
+    int64_t count = 0;
+    if (input_split_sizes.empty()) {
+      TORCH_CHECK(rows % world == 0, "eccl: all_to_all_single without "
+                  "splits needs rows divisible by ", world, ", got ", rows);
+      count = rows / world;
+    } else {
+      TORCH_CHECK(static_cast<int>(input_split_sizes.size()) == world,
+                  "eccl: all_to_all_single needs ", world,
+                  " input split sizes, got ", input_split_sizes.size());
+      count = input_split_sizes[q];
+    }
+    d.sends[q] = count * row_bytes;
+  }
+  (void)output_split_sizes; // what arrives is checked against the senders
+  return run({c10d::OpType::ALLTOALL_BASE, "all_to_all", {input, output},
+              {output}, opts.timeout, d,
+              [in = static_cast<const char*>(input.data_ptr()),
+               out = static_cast<char*>(output.data_ptr()),
+               bytes = output.nbytes()](Session& s, ptrdiff_t off) {
+                allToAll(s, ember::atOffset(in, off),
+                         ember::atOffset(out, off), bytes);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::barrier(
+    const c10d::BarrierOptions& opts) {
+  Descriptor d = describe("barrier", c10d::OpType::BARRIER, at::Tensor(), 0);
+  Call call{c10d::OpType::BARRIER, "barrier", {}, {}, opts.timeout, d,
+            [](Session&, ptrdiff_t) {}};
+  call.host_waits = true; // a barrier is for the host
+  return run(std::move(call));
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::send(
+    std::vector<at::Tensor>& tensors, int dst_rank, int /*tag: in order*/) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: send takes one tensor");
+  TORCH_CHECK(dst_rank >= 0 && dst_rank < getSize() && dst_rank != getRank(),
+              "eccl: send to rank ", dst_rank, " from rank ", getRank(),
+              " of ", getSize());
+  at::Tensor t = tensors[0];
+  return run({c10d::OpType::SEND, c10::str("send to rank ", dst_rank), {t},
+              {t}, c10d::kUnsetTimeout, std::nullopt,
+              [data = static_cast<const char*>(t.data_ptr()), dst_rank,
+               bytes = t.nbytes(), dtype = t.scalar_type()](Session& s,
+                                                           ptrdiff_t off) {
+                eccl::send(s, dst_rank, ember::atOffset(data, off), bytes,
+                           dtype);
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::recv(
+    std::vector<at::Tensor>& tensors, int src_rank, int /*tag: in order*/) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: recv takes one tensor");
+  TORCH_CHECK(src_rank >= 0 && src_rank < getSize() && src_rank != getRank(),
+              "eccl: recv from rank ", src_rank, " on rank ", getRank(),
+              " of ", getSize());
+  at::Tensor t = tensors[0];
+  return run({c10d::OpType::RECV, c10::str("recv from rank ", src_rank), {t},
+              {t}, c10d::kUnsetTimeout, std::nullopt,
+              [data = static_cast<char*>(t.data_ptr()), src_rank,
+               bytes = t.nbytes(), dtype = t.scalar_type()](Session& s,
+                                                           ptrdiff_t off) {
+                eccl::recv(s, src_rank, ember::atOffset(data, off), bytes,
+                           dtype);
+              }});
+}
+
+} // namespace ember::eccl
+// ember-book: end eccl_backend

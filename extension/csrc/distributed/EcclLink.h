@@ -1,0 +1,121 @@
+// eccl's transport: the link between the group's simulated devices, and the
+// protocol the collectives' kernels speak over it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+// ember-book: begin eccl_link_api
+namespace ember::eccl {
+
+constexpr int kMaxRanks = 8;
+// A staging slot: small enough that a peer reads it from cache, not memory.
+constexpr size_t kChunkBytes = 256 * 1024;
+// Slots per rank (and per channel): how far a rank may run ahead of its
+// slowest reader.
+constexpr int kSlots = 4;
+
+// What a rank is about to do. Every rank checks that the others agree before
+// moving data: a mismatch is an error on every rank, never a hang.
+struct Descriptor {
+  uint64_t seq = 0;     // the collective's number in the group, from 1
+  int32_t op = 0;       // which collective (c10d::OpType)
+  char name[24] = {};   // its name, for the error
+  int32_t dtype = 0;    // c10::ScalarType
+  int64_t numel = 0;    // per rank, as each collective defines it
+  int64_t root = -1;    // broadcast, reduce
+  int32_t reduce = -1;  // c10d::ReduceOp
+  int32_t world = 0;
+  int64_t sends[kMaxRanks] = {}; // all_to_all: bytes for each rank
+};
+
+// A futex word: waiters sleep in the kernel, across processes.
+struct alignas(64) Counter {
+  std::atomic<uint32_t> value{0};
+};
+
+struct alignas(64) RankControl {
+  Counter announced; // seq of the latest descriptor this rank wrote
+  Counter posted;    // rounds this rank has published
+  Counter consumed;  // rounds this rank has finished reading
+  std::atomic<int32_t> pid{0};
+  Descriptor descriptors[2]; // by seq parity
+};
+
+struct ChannelControl {
+  Counter sent;     // chunks the sender has written
+  Counter received; // chunks the receiver has read
+};
+
+// The start of the shared memory; every field starts zero.
+struct LinkHeader {
+  Counter aborted; // set by the first rank that gives up
+  char reason[512];
+  RankControl ranks[kMaxRanks];
+  ChannelControl channels[kMaxRanks][kMaxRanks]; // [sender][receiver]
+};
+
+// Bytes of the link for a group of `world` ranks.
+size_t linkBytes(int world);
+
+// One rank's view of the link inside a collective's kernel, at the kernel's
+// offset. Every wait ends: when the peer arrives, when any rank aborts the
+// group, when a peer's process is gone, or at the deadline; the error names
+// the collective.
+class Session {
+ public:
+  Session(char* base, int rank, int world, std::chrono::milliseconds timeout,
+          std::string what);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+  // Publishes this rank's descriptor and checks it against every peer's.
+  void agree(const Descriptor& mine);
+  const Descriptor& descriptorOf(int rank) const;
+
+  // Rounds: every rank publishes a chunk (maybe empty) into its slot, then
+  // reads any rank's slot of the same round. nextSlot waits until all ranks
+  // have read what that slot held before.
+  char* nextSlot();
+  void post();                // the chunk is in the slot
+  const char* peerSlot(int rank); // waits until `rank` posted this round
+  void finishRound();         // done reading this round's slots
+
+  // Channels: ordered chunks from this rank to one peer.
+  void send(int to, const void* data, size_t bytes);
+  void recv(int from, void* data, size_t bytes);
+  // recv's chunk, in place: read it, then release it.
+  const char* peekChannel(int from);
+  void releaseChannel(int from);
+
+  // Gives up: every waiting rank sees the group aborted, with `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  void waitAtLeast(Counter& counter, uint32_t target, int peer,
+                   const char* waiting_for);
+  char* rankSlot(int rank, uint32_t round);
+  char* channelSlot(int from, int to, uint32_t index);
+
+  LinkHeader* header_;
+  char* data_;
+  int rank_;
+  int world_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds timeout_;
+  std::string what_;
+  uint32_t round_ = 0; // this rank's rounds so far (the same on every rank)
+};
+
+// Raised by a Session: the message already names the collective.
+void throwFailure(const std::string& message);
+
+// Wakes every waiter on `counter`, in every process.
+void wakeAll(Counter& counter);
+
+} // namespace ember::eccl
+// ember-book: end eccl_link_api
