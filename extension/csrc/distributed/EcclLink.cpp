@@ -134,6 +134,7 @@ void Session::waitAtLeast(Counter& counter, uint32_t target, int peer,
 
 void Session::agree(const Descriptor& mine) {
   RankControl& me = header_->ranks[rank_];
+  seq_ = mine.seq;
   me.pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   // The slot of this parity was last read for collective seq - 2; every peer
   // announced seq - 1 (we saw it in the previous collective), so none still
@@ -170,9 +171,9 @@ void Session::agree(const Descriptor& mine) {
 }
 
 const Descriptor& Session::descriptorOf(int rank) const {
-  const RankControl& control = header_->ranks[rank];
-  return control.descriptors[control.announced.value.load(
-                                 std::memory_order_acquire) % 2];
+  // By this collective's parity, not by the peer's latest announcement: a
+  // root that needs nobody's data may have finished and announced the next.
+  return header_->ranks[rank].descriptors[seq_ % 2];
 }
 
 char* Session::rankSlot(int rank, uint32_t round) {

@@ -75,6 +75,7 @@ class Session {
 
   // Publishes this rank's descriptor and checks it against every peer's.
   void agree(const Descriptor& mine);
+  // `rank`'s descriptor of the collective agreed on.
   const Descriptor& descriptorOf(int rank) const;
 
   // Rounds: every rank publishes a chunk (maybe empty) into its slot, then
@@ -109,6 +110,7 @@ class Session {
   std::chrono::milliseconds timeout_;
   std::string what_;
   uint32_t round_ = 0; // this rank's rounds so far (the same on every rank)
+  uint64_t seq_ = 0;   // the collective agreed on
 };
 
 // Raised by a Session: the message already names the collective.
