@@ -37,6 +37,8 @@ _EXPORTS = {
     "loaded": "book.builder",
     "register_magic": "book.cells",
     "run_isolated": "book.isolated",
+    "run_ranks": "book.distributed",
+    "torchrun": "book.distributed",
     "show_by_chapter": "book.widgets",
     "show_table": "book.widgets",
     "snapshot": "book.widgets",
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from book.cells import SESSION, build, register_magic
     from book.chapter import Chapter
     from book.compile_errors import BackendInUseError, CppBuildError
+    from book.distributed import run_ranks, torchrun
     from book.driver import device_module
     from book.extension_modules import extension_path
     from book.isolated import run_isolated
@@ -65,11 +68,13 @@ __all__ = [
     "device_module",
     "loaded",
     "run_isolated",
+    "run_ranks",
     "show_by_chapter",
     "show_table",
     "snapshot",
     "extension_path",
     "start_chapter",
+    "torchrun",
     "Trace",
     "trace",
     "SESSION",

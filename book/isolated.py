@@ -34,7 +34,7 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 # Python's own exit would give: 0, 1 with the traceback printed for an uncaught
 # exception, sys.exit's code. A crash inside the code (SIGSEGV) still kills the child
 # before any of this runs.
-_PRELUDE = """\
+_READER_STATE = """\
 import ctypes, os, pathlib, signal, sys, threading
 import torch
 from book import builder  # the book's build state, as in the reader's process: nothing loaded
@@ -53,6 +53,11 @@ if {register!r}:
     torch._register_device_module({backend!r}, book_driver.device_module())
     if {build!r}:  # what the device module calls in the backend itself (memory history)
         book_driver.device_module().backend.attach_backend(ctypes.CDLL({build!r}))
+"""
+
+_PRELUDE = (
+    _READER_STATE
+    + """\
 try:
     exec(compile({code!r}, "<isolated>", "exec"), {{"__name__": "__main__", "torch": torch,
          "ctypes": ctypes, "driver": driver}})
@@ -76,6 +81,27 @@ sys.stdout.flush()
 sys.stderr.flush()
 os._exit(status)
 """
+)
+
+
+def reader_state() -> dict[str, object]:
+    """What a child needs to start in the reader's state (the fields of _READER_STATE)."""
+    build = builder.loaded()
+    backend = torch._C._get_privateuse1_backend_name()
+    return {
+        "driver": str(toolchain.driver_library()),
+        "build": str(build.library) if build is not None else "",
+        "rename": backend != "privateuseone",
+        "register": getattr(torch, backend, None) is ember_driver.device_module(),
+        "backend": backend,
+    }
+
+
+def reader_state_script() -> str:
+    """Python source that puts a fresh process in the reader's state: the same driver file and
+    build loaded, the backend named and its device module registered as in the reader's process.
+    """
+    return _READER_STATE.format(**reader_state())
 
 
 @dataclass(frozen=True)
@@ -130,16 +156,7 @@ def run_isolated(
     environment variables for the child, such as settings read once at startup
     (`PYTORCH_ALLOC_CONF`).
     """
-    build = builder.loaded()
-    backend = torch._C._get_privateuse1_backend_name()
-    script = _PRELUDE.format(
-        driver=str(toolchain.driver_library()),
-        build=str(build.library) if build is not None else "",
-        rename=backend != "privateuseone",
-        register=getattr(torch, backend, None) is ember_driver.device_module(),
-        backend=backend,
-        code=code,
-    )
+    script = _PRELUDE.format(**reader_state(), code=code)
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: the child's `import torch` must not load the installed
     # torch_ember next to the build (book/autoload.py; `import book` set it here already).
     environment = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
