@@ -1,5 +1,10 @@
 #include "distributed/EcclBackend.h"
 
+#include "aten/EmberAsyncLaunch.h"
+#include "aten/EmberLaunch.h"
+#include "distributed/EcclCollectives.h"
+
+// ember-book: begin eccl_backend
 #include <ATen/core/jit_type.h>
 #include <ATen/ops/cat.h>
 #include <c10/core/DeviceGuard.h>
@@ -13,11 +18,6 @@
 #include <random>
 #include <utility>
 
-#include "aten/EmberAsyncLaunch.h"
-#include "aten/EmberLaunch.h"
-#include "distributed/EcclCollectives.h"
-
-// ember-book: begin eccl_backend
 namespace ember::eccl {
 namespace {
 
@@ -117,8 +117,10 @@ std::exception_ptr EcclWork::exception() const {
   return outcome_->error();
 }
 
+// A failure is not raised here, even if already known: like a failed CUDA
+// kernel's, it surfaces at the caller's next synchronization of the stream
+// that waited, the same place whether the peer failed early or late.
 bool EcclWork::wait(std::chrono::milliseconds /*timeout: the kernel's*/) {
-  rethrowIfFailed();
   done_.block(guardImpl().getStream(comm_.device()));
   if (host_waits_) synchronize();
   return true;
@@ -324,6 +326,28 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::endCoalescing() {
                                        std::move(coalesced_), false);
 }
 
+c10::intrusive_ptr<c10d::Work> EcclBackend::coalesced(
+    const std::function<void()>& issue) {
+  if (coalescing_) {
+    // Joins the caller's coalescing; what it returns for now covers the calls
+    // so far (the caller's endCoalescing makes the work of them all).
+    issue();
+    if (!comm_) return nullptr;
+    c10::DeviceGuard on_device(comm_->device());
+    return c10::make_intrusive<EcclWork>(getRank(), c10d::OpType::COALESCED,
+                                         seq_, *comm_, coalesced_outcome_,
+                                         coalesced_, false);
+  }
+  startCoalescing();
+  try {
+    issue();
+  } catch (...) {
+    coalescing_ = false; // a refused call must not leave the group coalescing
+    throw;
+  }
+  return endCoalescing();
+}
+
 c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "eccl: all_reduce takes one tensor");
@@ -344,12 +368,12 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce(
 c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
-  startCoalescing();
-  for (at::Tensor& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    allreduce(one, opts);
-  }
-  return endCoalescing();
+  return coalesced([&] {
+    for (at::Tensor& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      allreduce(one, opts);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::broadcast(
@@ -440,11 +464,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_into_tensor_coalesced(
   TORCH_CHECK(outputs.size() == inputs.size(),
               "eccl: all_gather_into_tensor_coalesced needs as many outputs "
               "as inputs");
-  startCoalescing();
-  for (const size_t i : c10::irange(inputs.size())) {
-    _allgather_base(outputs[i], inputs[i], opts);
-  }
-  return endCoalescing();
+  return coalesced([&] {
+    for (const size_t i : c10::irange(inputs.size())) {
+      _allgather_base(outputs[i], inputs[i], opts);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::_reduce_scatter_base(
@@ -495,11 +519,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
   TORCH_CHECK(outputs.size() == inputs.size(),
               "eccl: reduce_scatter_tensor_coalesced needs as many outputs "
               "as inputs");
-  startCoalescing();
-  for (const size_t i : c10::irange(inputs.size())) {
-    _reduce_scatter_base(outputs[i], inputs[i], opts);
-  }
-  return endCoalescing();
+  return coalesced([&] {
+    for (const size_t i : c10::irange(inputs.size())) {
+      _reduce_scatter_base(outputs[i], inputs[i], opts);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall_base(

@@ -1,6 +1,9 @@
 // eccl: ember's collective communication backend for torch.distributed.
 #pragma once
 
+#include "distributed/EcclLink.h"
+
+// ember-book: begin eccl_backend_api
 #include <ATen/core/ivalue.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
@@ -17,9 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "distributed/EcclLink.h"
-
-// ember-book: begin eccl_backend_api
 namespace ember::eccl {
 
 // What a collective's kernel reports back to the host: how it failed.
@@ -135,6 +135,11 @@ class EcclBackend : public c10d::Backend {
     bool host_waits = false;
   };
   c10::intrusive_ptr<c10d::Work> run(Call call);
+  // A *_coalesced call's collectives as one work. Inside the caller's own
+  // coalescing (_coalescing_manager(device=...) calls startCoalescing, then
+  // allreduce_coalesced, then endCoalescing) they join it: its endCoalescing
+  // makes the work.
+  c10::intrusive_ptr<c10d::Work> coalesced(const std::function<void()>& issue);
   // The device the group runs on, fixed by its first tensor.
   c10::Device deviceFor(const std::vector<at::Tensor>& tensors,
                         const std::string& name);
