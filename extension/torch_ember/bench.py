@@ -2,6 +2,7 @@
 
     python -m torch_ember.bench [--json PATH] [--repeat N]
     python -m torch_ember.bench --profile {cnn,mlp}   # where a training step's time goes, by operator
+    python -m torch_ember.bench --distributed [--json PATH]   # eccl's collectives (bench_distributed)
 
 Every ratio is measured in one run, interleaved: each round times one call of each side, back
 to back, and the figure is the median over rounds of the per-round ratio, so machine load that
@@ -645,9 +646,23 @@ def main(argv: list[str] | None = None) -> None:
         choices=sorted(MODELS),
         help="instead: profile this model's training step on the CPU and on ember, by operator",
     )
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="instead: eccl's collectives and DDP on 2 spawned ranks (torch_ember.bench_distributed)",
+    )
     args = parser.parse_args(argv)
     if args.profile is not None:
         print(profile_step(args.profile))
+        return
+    if args.distributed:
+        from torch_ember import bench_distributed
+
+        results = bench_distributed.measure(args.repeat)
+        assert all(math.isfinite(value) for value in results.values()), results
+        print(bench_distributed.table(results))
+        if args.json is not None:
+            args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         return
     fallback_ops: dict[str, list[str]] = {}
     results = measure(args.repeat, fallback_ops)

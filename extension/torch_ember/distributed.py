@@ -27,12 +27,24 @@ DEVICE = "ember"
 EntryLookup = Callable[..., Any]
 
 
+# fmt: off
+# ember-book: begin eccl_register
 def register(entry: EntryLookup) -> None:
-    """Register eccl as torch.distributed's backend for ember devices (again: harmless)."""
+    """Register eccl as torch.distributed's backend for ember devices (again:
+    harmless)."""
 
-    def create_backend(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> Any:
+    # What c10d calls for each new group: the store is the group's own (a
+    # PrefixStore), the timeout the group's. It returns a c10d Backend.
+    def create_backend(
+        store: dist.Store, rank: int, world_size: int, timeout: timedelta
+    ) -> Any:
         create = entry("emberEcclCreateBackend", python=True)
-        create.argtypes = [ctypes.py_object, ctypes.c_int, ctypes.c_int, ctypes.c_double]
+        create.argtypes = [ctypes.py_object, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_double]
         return create(store, rank, world_size, timeout.total_seconds())
 
-    dist.Backend.register_backend(NAME, create_backend, extended_api=False, devices=[DEVICE])
+    # devices=["ember"]: a group made without naming a backend uses eccl for
+    # ember tensors, and "cpu:gloo,ember:eccl" may name it per device.
+    dist.Backend.register_backend(NAME, create_backend, devices=[DEVICE])
+# ember-book: end eccl_register
+# fmt: on

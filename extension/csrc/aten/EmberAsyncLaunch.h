@@ -3,6 +3,10 @@
 // on at once. What collectives run as (csrc/distributed).
 #pragma once
 
+#include "driver/ember_driver.h"
+#include "runtime/EmberCheck.h"
+
+// ember-book: begin async_launch
 #include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
@@ -11,10 +15,6 @@
 #include <string>
 #include <utility>
 
-#include "driver/ember_driver.h"
-#include "runtime/EmberCheck.h"
-
-// ember-book: begin async_launch
 namespace ember {
 
 // body(offset) on (device, stream)'s worker, in stream order; returns once it

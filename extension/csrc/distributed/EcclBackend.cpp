@@ -277,7 +277,9 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
       ? c10::str("eccl: ", call.name, " #", seq, " (", getSize(), " ranks)")
       : c10::str("eccl: ", call.name);
   auto outcome = std::make_shared<Outcome>();
-  emSetNextLaunchName(c10::str("eccl_", call.name).c_str());
+  // The profiler's name for the kernel; the driver takes it at the launch.
+  const std::string kernel_name = c10::str("eccl_", call.name);
+  emSetNextLaunchName(kernel_name.c_str());
   ember::launchAsync(
       device.index(), comm_->id(), buffers,
       [link = static_cast<char*>(link_), rank = getRank(), world = getSize(),

@@ -1,5 +1,6 @@
 #include "distributed/EcclCollectives.h"
 
+// ember-book: begin eccl_collectives
 #include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/env.h>
@@ -10,7 +11,6 @@
 #include <optional>
 #include <string>
 
-// ember-book: begin eccl_collectives
 #pragma GCC push_options
 #pragma GCC optimize("O3") // the reductions are the collectives' arithmetic
 namespace ember::eccl {
@@ -93,7 +93,11 @@ void allReduceOneShot(Session& s, char* data, int64_t numel,
 // The ring: a reduce-scatter, then an all-gather, each world - 1 steps of
 // one block. Each rank sends and receives 2 (world - 1) / world of the data,
 // whatever the world size; the one-shot sends all of it and reads all of
-// every peer's.
+// every peer's. The two phases meet in one loop: each chunk the last
+// reduce-scatter step completes goes on to the next rank at once, while it
+// is still in cache (it is the all-gather's first send), and the
+// all-gather's first chunk from the previous rank comes in between, in the
+// order the previous rank sends them.
 void allReduceRing(Session& s, char* data, int64_t numel,
                    c10::ScalarType dtype, RedOp op) {
   const int world = s.world();
@@ -105,51 +109,66 @@ void allReduceRing(Session& s, char* data, int64_t numel,
   auto blockBegin = [&](int b) { return std::min<int64_t>(b * block, numel); };
   auto blockSize = [&](int b) { return blockBegin(b + 1) - blockBegin(b); };
   const int64_t per = chunkElements(dtype);
-  auto step = [&](int send_block, int recv_block, bool accumulate) {
+  // `completes`: the last reduce-scatter step, fused with the all-gather's
+  // first (which sends the block this step completes, and receives this
+  // rank's block from the previous rank, where that one completed it).
+  auto step = [&](int send_block, int recv_block, bool accumulate,
+                  bool completes) {
     const int64_t sends = blockSize(send_block);
     const int64_t recvs = blockSize(recv_block);
+    const int64_t gathers = completes ? blockSize(rank) : 0;
     char* out = data + blockBegin(send_block) * item;
     char* in = data + blockBegin(recv_block) * item;
-    for (int64_t at = 0; at < std::max(sends, recvs); at += per) {
+    char* gathered = data + blockBegin(rank) * item;
+    for (int64_t at = 0; at < std::max({sends, recvs, gathers}); at += per) {
       if (at < sends) {
         s.send(next, out + at * item, std::min(per, sends - at) * item);
       }
       if (at < recvs) {
         const int64_t n = std::min(per, recvs - at);
+        char* chunk = in + at * item;
         if (accumulate) {
-          reduceInto(in + at * item, s.peekChannel(prev), n, dtype, op);
+          reduceInto(chunk, s.peekChannel(prev), n, dtype, op);
           s.releaseChannel(prev);
         } else {
-          s.recv(prev, in + at * item, n * item);
+          s.recv(prev, chunk, n * item);
         }
+        if (completes) {
+          if (op == RedOp::AVG) divideBy(chunk, n, dtype, world);
+          s.send(next, chunk, n * item);
+        }
+      }
+      if (at < gathers) {
+        s.recv(prev, gathered + at * item, std::min(per, gathers - at) * item);
       }
     }
   };
   for (const int k : c10::irange(world - 1)) {
-    step((rank - k + world) % world, (rank - k - 1 + world) % world, true);
+    step((rank - k + world) % world, (rank - k - 1 + world) % world, true,
+         k == world - 2);
   }
-  const int mine = (rank + 1) % world; // the block this rank completed
-  if (op == RedOp::AVG) {
-    divideBy(data + blockBegin(mine) * item, blockSize(mine), dtype, world);
-  }
-  for (const int k : c10::irange(world - 1)) {
-    step((rank + 1 - k + world) % world, (rank - k + world) % world, false);
+  for (const int k : c10::irange(1, world - 1)) {
+    step((rank + 1 - k + world) % world, (rank - k + world) % world, false,
+         false);
   }
 }
 
 } // namespace
 
 Algorithm chooseAllreduce(size_t bytes, int world) {
-  // EMBER_ECCL_ALGO=one_shot|ring overrides, for measuring both.
-  static const std::optional<std::string> forced =
+  // EMBER_ECCL_ALGO=one_shot|ring overrides, for measuring both. Read at
+  // each call (a getenv, next to a collective's microseconds), so that one
+  // process can measure both.
+  const std::optional<std::string> forced =
       c10::utils::get_env("EMBER_ECCL_ALGO");
   if (forced == "ring") return Algorithm::kRing;
   if (forced == "one_shot") return Algorithm::kOneShot;
-  // One round trip wins while latency dominates; past a few chunks the
-  // ring's smaller share of the data (and of the arithmetic) wins.
-  return world > 2 && bytes > 4 * kChunkBytes ? Algorithm::kRing
-      : bytes > 16 * kChunkBytes               ? Algorithm::kRing
-                                               : Algorithm::kOneShot;
+  // One round trip wins while latency dominates; once the data spans more
+  // than a chunk, the ring's smaller share of the data (and of the
+  // arithmetic) wins, on 2 ranks as on more (measured by
+  // python -m torch_ember.bench --distributed).
+  (void)world;
+  return bytes > kChunkBytes ? Algorithm::kRing : Algorithm::kOneShot;
 }
 
 const char* algorithmName(Algorithm algorithm) {

@@ -3,6 +3,9 @@
 // offset (ember::atOffset).
 #pragma once
 
+#include "distributed/EcclLink.h"
+
+// ember-book: begin eccl_collectives_api
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -10,9 +13,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "distributed/EcclLink.h"
-
-// ember-book: begin eccl_collectives_api
 namespace ember::eccl {
 
 using RedOp = c10d::ReduceOp::RedOpType;

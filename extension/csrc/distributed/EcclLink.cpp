@@ -1,5 +1,6 @@
 #include "distributed/EcclLink.h"
 
+// ember-book: begin eccl_link
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
@@ -16,7 +17,6 @@
 #include <fstream>
 #include <thread>
 
-// ember-book: begin eccl_link
 namespace ember::eccl {
 namespace {
 
@@ -27,10 +27,16 @@ size_t slotsBytes(int world) {
   return static_cast<size_t>(world) * kSlots * kChunkBytes;
 }
 
-// No FUTEX_PRIVATE_FLAG: the word is shared with other processes.
+// No FUTEX_PRIVATE_FLAG: the word is shared with other processes. The
+// sleeper registers before the kernel rechecks `value` against `seen`; a
+// waker stores `value`, then reads `sleepers` behind a full fence: one of
+// the two sees the other, so no wake is lost (and the timeout bounds
+// the sleep anyway).
 void futexWait(Counter& counter, uint32_t seen, std::chrono::microseconds most) {
   timespec limit{0, static_cast<long>(most.count()) * 1000};
+  counter.sleepers.fetch_add(1);
   syscall(SYS_futex, &counter.value, FUTEX_WAIT, seen, &limit, nullptr, 0);
+  counter.sleepers.fetch_sub(1);
 }
 
 // A process that ended is gone, or a zombie its parent has not reaped yet.
@@ -52,6 +58,10 @@ size_t linkBytes(int world) {
 }
 
 void wakeAll(Counter& counter) {
+  // The caller's store to `value` before the load of `sleepers` (a release
+  // store alone may pass a later load).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (counter.sleepers.load() == 0) return; // spinning waiters see the value
   syscall(SYS_futex, &counter.value, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
@@ -97,6 +107,8 @@ void Session::waitAtLeast(Counter& counter, uint32_t target, int peer,
                           const char* waiting_for) {
   // A short spin serves the common case, a peer a few microseconds behind;
   // then sleep in the futex, waking each millisecond to check on the peer.
+  // (No sched_yield in between: on a busy machine it hands the core to
+  // another process for a whole time slice, while a woken sleeper runs soon.)
   for (int spin = 0; spin < 256; ++spin) {
     if (counter.value.load(std::memory_order_acquire) >= target) return;
   }

@@ -2,18 +2,20 @@
 // protocol the collectives' kernels speak over it.
 #pragma once
 
+// ember-book: begin eccl_link_api
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-// ember-book: begin eccl_link_api
 namespace ember::eccl {
 
 constexpr int kMaxRanks = 8;
-// A staging slot: small enough that a peer reads it from cache, not memory.
-constexpr size_t kChunkBytes = 256 * 1024;
+// A staging slot: small enough that a peer reads it from cache (L2 or the
+// shared L3), not memory; large enough that the handoffs between ranks (a
+// wait and a wake each) are few: a 64 MiB all-reduce makes 64 of them.
+constexpr size_t kChunkBytes = 1024 * 1024;
 // Slots per rank (and per channel): how far a rank may run ahead of its
 // slowest reader.
 constexpr int kSlots = 4;
@@ -32,9 +34,12 @@ struct Descriptor {
   int64_t sends[kMaxRanks] = {}; // all_to_all: bytes for each rank
 };
 
-// A futex word: waiters sleep in the kernel, across processes.
+// A futex word: waiters sleep in the kernel, across processes. `sleepers`
+// counts the waiters in the futex, so that a rank that moves `value` makes
+// the wake system call only when someone sleeps.
 struct alignas(64) Counter {
   std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> sleepers{0};
 };
 
 struct alignas(64) RankControl {

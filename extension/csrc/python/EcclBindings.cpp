@@ -3,14 +3,14 @@
 // c10d expects (a torch._C._distributed_c10d.Backend). A C entry point, as
 // the memory snapshot's, so that a chapter's plain library serves too.
 
+#include "distributed/EcclBackend.h"
+
 // ember-book: begin eccl_bindings
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
-
-#include "distributed/EcclBackend.h"
 
 // The backend is cast to its base class, which torch registered with
 // pybind11: Python sees a c10d Backend whose calls land in EcclBackend.
