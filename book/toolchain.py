@@ -19,12 +19,14 @@ Two things make a chapter build fast on a 2-core machine:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -189,14 +191,42 @@ def compile_once(output: Path, command: Callable[[Path], list[str]], doing: str,
     if output.exists():
         return output
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f"{output.name}.{os.getpid()}.partial")
-    with Status(f"{doing} (once per machine)") as status:
-        result = subprocess.run(command(partial), capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"{doing} failed:\n{result.stderr[-4000:]}")
-        partial.rename(output)
-        status.finish(f"✔ {done}", show_in_batch=False, detail=f"in {status.elapsed:.1f} s")
+    # A process already making it (a second test worker, a second kernel): wait for it, then use its file.
+    with claim(output):
+        if output.exists():
+            return output
+        partial = output.with_name(f"{output.name}.{os.getpid()}.partial")
+        with Status(f"{doing} (once per machine)") as status:
+            result = subprocess.run(command(partial), capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"{doing} failed:\n{result.stderr[-4000:]}")
+            partial.rename(output)
+            status.finish(f"✔ {done}", show_in_batch=False, detail=f"in {status.elapsed:.1f} s")
     return output
+
+
+@contextlib.contextmanager
+def claim(output: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock that says "this process is making `output`" (a file in the cache's ``locks`` folder).
+
+    Writers never need it for correctness (they write private files and rename them into place):
+    it only keeps two processes from compiling the same product at once, so that the second one
+    waits for the first one's file instead of spending the same CPU again. With ``wait=False`` it
+    yields False at once when another process holds it. The lock goes with the process, so a
+    compiler that dies leaves nothing held.
+    """
+    locks = cache_dir() / "locks"  # not beside `output`: its folder holds only finished products
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{_digest(str(output))}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 # Defined when compiling a unit that uses torch::autograd (book.units): the

@@ -38,6 +38,7 @@ import os
 import re
 import subprocess
 import threading
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -222,8 +223,35 @@ def compile_objects(units: list[Unit], summary: str) -> list[Path]:
     if missing:
         toolchain.prelude_dir()  # precompiled once, before the compilers that use it start
         workers = max(1, min(len(missing), os.cpu_count() or 1))
+        # Another process may be compiling some of these units right now (the tests' two workers start
+        # with the same chapters): this one first compiles the units nobody else has claimed, then waits
+        # for the others' objects (and compiles any a failed or killed process left missing).
+        queue = deque(missing)
+        busy: list[Unit] = []
+        lock = threading.Lock()
+
+        def compile_next() -> list[tuple[Unit, str]]:
+            errors = []
+            while True:
+                with lock:
+                    if queue:
+                        unit, wait = queue.popleft(), False
+                    elif busy:
+                        unit, wait = busy.pop(0), True
+                    else:
+                        return errors
+                error = _compile_object(unit, wait)
+                if error == "busy":
+                    with lock:
+                        busy.append(unit)
+                elif error is not None:
+                    errors.append(error)
+
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            failures = [error for error in pool.map(_compile_object, missing) if error is not None]
+            failures = [
+                error for errors in pool.map(lambda _: compile_next(), range(workers)) for error in errors
+            ]
+        failures.sort(key=lambda failure: missing.index(failure[0]))  # the first failing unit, as queued
         if failures:
             unit, log = failures[0]
             sources = {part.origin: part.source for part in unit.parts}
@@ -231,10 +259,22 @@ def compile_objects(units: list[Unit], summary: str) -> list[Path]:
     return [unit.object for unit in units]
 
 
-def _compile_object(unit: Unit) -> tuple[Unit, str] | None:
-    """Compile one unit into the object cache; on failure return the compiler's output."""
+def _compile_object(unit: Unit, wait: bool = True) -> tuple[Unit, str] | str | None:
+    """Compile one unit into the object cache; on failure return the compiler's output.
+
+    "busy" (with ``wait=False``): another process is compiling it.
+    """
     target = unit.object
     target.parent.mkdir(parents=True, exist_ok=True)
+    with toolchain.claim(target, wait) as claimed:
+        if not claimed:
+            return "busy"
+        if target.exists():  # the process that held the claim made it
+            return None
+        return _compile_claimed(unit, target)
+
+
+def _compile_claimed(unit: Unit, target: Path) -> tuple[Unit, str] | None:
     # Private file names: another process may be compiling the same unit.
     stem = f"unit.{os.getpid()}.{threading.get_ident()}"
     source = target.with_name(f"{stem}.cpp")
