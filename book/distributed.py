@@ -173,14 +173,32 @@ def torchrun(
             sys.executable, "-m", "torch.distributed.run",
             "--standalone", f"--nproc-per-node={nproc}", main.name,
         ]  # fmt: skip
+        # A session of its own: after the timeout, the launcher and every rank it started are stopped.
+        launcher = subprocess.Popen(
+            command,
+            cwd=folder,
+            env=_environment(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        timed_out = _wait_or_kill([launcher], timeout)
+        return _collect(folder, nproc, timed_out)
+
+
+def _wait_or_kill(processes: list[subprocess.Popen[bytes]], timeout: float) -> bool:
+    """Wait for the processes, each the leader of its own session, for `timeout` seconds in all;
+    kill the sessions of those still running then. True if any was killed."""
+    timed_out = False
+    deadline = time.monotonic() + timeout
+    for process in processes:
         try:
-            subprocess.run(
-                command, cwd=folder, env=_environment(env), capture_output=True, timeout=timeout, check=False
-            )
-            timed_out = False
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-        return _collect(folder, nproc, timed_out)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return timed_out
 
 
 def run_ranks(
@@ -219,13 +237,4 @@ def run_ranks(
                     start_new_session=True,
                 )
             )
-        timed_out = False
-        deadline = time.monotonic() + timeout
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        return _collect(folder, nproc, timed_out)
+        return _collect(folder, nproc, _wait_or_kill(processes, timeout))

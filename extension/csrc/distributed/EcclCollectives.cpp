@@ -77,17 +77,21 @@ void reduceRound(Session& s, char* dst, int64_t n, c10::ScalarType dtype,
   }
 }
 
-void allReduceOneShot(Session& s, char* data, int64_t numel,
-                      c10::ScalarType dtype, RedOp op) {
+// Every rank publishes all of its data, chunk by chunk; the ranks that get
+// the result (`root`, or all of them for root -1) reduce every rank's chunk.
+void oneShot(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
+             RedOp op, int root) {
   const int64_t per = chunkElements(dtype);
+  const bool receives = root < 0 || s.rank() == root;
   for (int64_t begin = 0; begin < numel; begin += per) {
     const int64_t n = std::min(per, numel - begin);
     char* chunk = data + begin * itemSize(dtype);
     std::memcpy(s.nextSlot(), chunk, n * itemSize(dtype));
     s.post();
-    reduceRound(s, chunk, n, dtype, op);
+    if (receives) reduceRound(s, chunk, n, dtype, op);
     s.finishRound();
   }
+  if (receives && op == RedOp::AVG) divideBy(data, numel, dtype, s.world());
 }
 
 // The ring: a reduce-scatter, then an all-gather, each world - 1 steps of
@@ -204,8 +208,7 @@ void allReduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
     allReduceRing(s, data, numel, dtype, op);
     return;
   }
-  allReduceOneShot(s, data, numel, dtype, op);
-  if (op == RedOp::AVG) divideBy(data, numel, dtype, s.world());
+  oneShot(s, data, numel, dtype, op, /*root=*/-1);
 }
 
 void broadcast(Session& s, char* data, size_t bytes, int root) {
@@ -221,18 +224,7 @@ void broadcast(Session& s, char* data, size_t bytes, int root) {
 
 void reduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
             RedOp op, int root) {
-  const int64_t per = chunkElements(dtype);
-  for (int64_t begin = 0; begin < numel; begin += per) {
-    const int64_t n = std::min(per, numel - begin);
-    char* chunk = data + begin * itemSize(dtype);
-    std::memcpy(s.nextSlot(), chunk, n * itemSize(dtype));
-    s.post();
-    if (s.rank() == root) reduceRound(s, chunk, n, dtype, op);
-    s.finishRound();
-  }
-  if (s.rank() == root && op == RedOp::AVG) {
-    divideBy(data, numel, dtype, s.world());
-  }
+  oneShot(s, data, numel, dtype, op, root);
 }
 
 void allGather(Session& s, const char* input, size_t bytes,
