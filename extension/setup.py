@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
 # Building imports torch, and an installed torch_ember would load itself into this
@@ -12,6 +16,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import setup  # noqa: E402
 from setuptools.command.build_py import build_py  # noqa: E402
+from torch.utils import cpp_extension  # noqa: E402
 from torch.utils.cpp_extension import (  # noqa: E402
     BuildExtension,
     CppExtension,
@@ -23,6 +28,9 @@ CSRC = HERE / "csrc"
 # PyTorch's PrivateUse1 profiler header includes Kineto's headers by bare name
 # (<IActivityProfiler.h>): their folder must be on the include path.
 KINETO = Path(include_paths()[0]) / "kineto"
+# The PyTorch headers most of csrc's files include, precompiled once (Clang only, see PchBuildExtension):
+# otherwise every file parses them again, most of a cold build's time.
+PCH_HEADER = HERE / "build_support" / "pch.h"
 
 
 # Every C++ file under csrc is part of the backend, the driver's one file per
@@ -50,6 +58,91 @@ class BuildPy(build_py):
         super().run()
 
 
+def is_clang(compiler: str) -> bool:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return "clang" in done.stdout
+
+
+class PchBuildExtension(BuildExtension):
+    """BuildExtension, which first precompiles PCH_HEADER and has every file include it (-include-pch).
+
+    Clang refuses a PCH built with other flags or from headers changed since, so the PCH is compiled with
+    exactly the files' command line (read from the call that writes build.ninja) and again whenever that
+    or a header it holds changes. With GCC (whose .gch is silently ignored on any mismatch), a compiler
+    launcher in CXX, or if precompiling fails, the files compile as before, without a PCH.
+    """
+
+    def build_extensions(self) -> None:
+        # torch's private function (torch is pinned, pyproject.toml): if it changes, no PCH, not a failure.
+        write_and_compile = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+        if write_and_compile is None:
+            return super().build_extensions()
+
+        def with_pch(**kwargs):
+            if {"cflags", "post_cflags", "build_directory"} <= kwargs.keys():
+                kwargs["post_cflags"] = [*kwargs["post_cflags"], *self.pch_flags(**kwargs)]
+            return write_and_compile(**kwargs)
+
+        cpp_extension._write_ninja_file_and_compile_objects = with_pch
+        try:
+            super().build_extensions()
+        finally:
+            cpp_extension._write_ninja_file_and_compile_objects = write_and_compile
+
+    def pch_flags(self, cflags: list[str], post_cflags: list[str], build_directory: str, **_) -> list[str]:
+        compiler = cpp_extension.get_cxx_compiler()
+        if not PCH_HEADER.is_file() or not is_clang(compiler):
+            return []
+        pch = Path(build_directory) / "pch" / "pch.h.pch"
+        # The files' rule is `$cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags` (flags shell-quoted).
+        # -fpch-instantiate-templates: the headers' template instantiations are done once, in the PCH.
+        command = [
+            compiler,
+            *shlex.split(" ".join(cflags)),
+            "-x",
+            "c++-header",
+            str(PCH_HEADER),
+            "-o",
+            str(pch.with_suffix(".partial")),
+            *shlex.split(" ".join(post_cflags)),
+            "-fpch-instantiate-templates",
+        ]
+        stamp = pch.with_suffix(".json")  # the command and the inputs (mtime, size) the PCH was built from
+        if not (
+            pch.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == _pch_stamp(command, pch)
+        ):
+            pch.parent.mkdir(parents=True, exist_ok=True)
+            stamp.unlink(missing_ok=True)
+            depfile = pch.with_suffix(".d")
+            done = subprocess.run([*command, "-MD", "-MF", str(depfile)], capture_output=True, text=True)
+            if done.returncode != 0 or done.stderr.strip():
+                print(f"warning: building without a precompiled header, precompiling failed:\n{done.stderr}")
+                return []
+            pch.with_suffix(".partial").replace(pch)
+            stamp.write_text(json.dumps(_pch_stamp(command, pch)))
+        return ["-include-pch", shlex.quote(str(pch))]
+
+
+def _pch_stamp(command: list[str], pch: Path) -> dict:
+    """What the PCH was built by and from: clang checks each input's mtime and size when it loads it."""
+    depfile = pch.with_suffix(".d")
+    if not depfile.is_file():
+        return {}
+    # Make syntax: `target: input input \` lines, spaces inside a name escaped.
+    names = re.split(r"(?<!\\)\s+", depfile.read_text().replace("\\\n", " ").strip())[1:]
+    inputs = {}
+    for name in (name.replace("\\ ", " ") for name in names):
+        try:
+            status = os.stat(name)
+        except OSError:
+            return {}
+        inputs[name] = [status.st_mtime_ns, status.st_size]
+    return {"command": command, "inputs": inputs}
+
+
 setup(
     ext_modules=[
         CppExtension(
@@ -61,5 +154,5 @@ setup(
             extra_compile_args=["-O2", "-g0"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension, "build_py": BuildPy},
+    cmdclass={"build_ext": PchBuildExtension, "build_py": BuildPy},
 )
