@@ -65,7 +65,11 @@ def test_table_entries_on_plain_torch() -> None:
     assert t.entry("aten::add.Tensor", "PrivateUse1").alias == t.CEA_NF
     assert t.entry("aten::empty_like", "CPU").alias == t.CEA
     assert t.entry("aten::add.Tensor", "ADInplaceOrView").kind == t.FALLTHROUGH
-    assert t.entry("aten::add.Tensor", "AutocastPrivateUse1").kind == t.NOTHING
+    # Nothing at ember's autocast key, unless an earlier test in this process loaded a build of chapter
+    # 09 or later, whose autocast fallthrough then serves every operator there (xdist decides the order).
+    autocast_fallthrough = torch._C._dispatch_has_backend_fallback(torch._C.DispatchKey.AutocastPrivateUse1)
+    expected = t.FALLTHROUGH if autocast_fallthrough else t.NOTHING
+    assert t.entry("aten::add.Tensor", "AutocastPrivateUse1").kind == expected
     # A kernel registered from Python, with a machine-independent location.
     assert t.entry("aten::add.Tensor", "Meta").location == "torch/_meta_registrations.py:54"
 
