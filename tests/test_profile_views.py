@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from book.widgets import memory_views, timeline
 
 MIB = 2**20
@@ -62,6 +64,16 @@ def test_timeline_keeps_top_level_operators_and_one_track_per_stream() -> None:
     assert (tl.start, tl.end) == (0.0, 100.0)
     # the copy (20..60) overlaps the first kernel (10..40) for 20 us and the second not at all
     assert timeline.overlap(tl.track("ember:0 stream 0"), tl.track("ember:0 stream 3")) == 20.0
+    # ... which is half of the copy's 40 us, and 20 of the kernels' 30 + 5 us
+    compute, side = tl.track("ember:0 stream 0"), tl.track("ember:0 stream 3")
+    assert timeline.overlap_share(side, compute) == 0.5
+    assert timeline.overlap_share(compute, side) == 20.0 / 35.0
+    assert timeline.overlap_share(timeline.Track("idle", True, ()), compute) == 0.0
+    # the copy (20..60) between 10 and 40: half of it; the kernels span 10..67
+    assert timeline.share_within(side, 10.0, 40.0) == 0.5
+    assert timeline.share_within(side, *compute.bounds) == 1.0 and compute.bounds == (10.0, 67.0)
+    with pytest.raises(ValueError, match="idle has no spans"):
+        _ = timeline.Track("idle", True, ()).bounds
 
 
 def test_timeline_view_places_bars_and_says_only_run_independent_facts() -> None:

@@ -44,6 +44,13 @@ class Track:
     def counts(self) -> Counter[str]:
         return Counter(span.kind for span in self.spans)
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """When the first span starts and the last one ends (microseconds)."""
+        if not self.spans:
+            raise ValueError(f"{self.label} has no spans")
+        return min(s.start for s in self.spans), max(s.end for s in self.spans)
+
 
 @dataclass(frozen=True)
 class Timeline:
@@ -116,6 +123,21 @@ def overlap(first: Track, second: Track) -> float:
         for b in second.spans:
             total += max(0.0, min(a.end, b.end) - max(a.start, b.start))
     return total
+
+
+def share_within(track: Track, start: float, end: float) -> float:
+    """The share of `track`'s busy time that falls between `start` and `end` (a ratio
+    within one run, like `overlap_share`)."""
+    busy = sum(span.end - span.start for span in track.spans)
+    inside = sum(max(0.0, min(span.end, end) - max(span.start, start)) for span in track.spans)
+    return inside / busy if busy > 0 else 0.0
+
+
+def overlap_share(first: Track, second: Track) -> float:
+    """The share of `first`'s busy time during which some span of `second` ran: a ratio
+    within one run, which a saved output can show (the durations change per run)."""
+    busy = sum(span.end - span.start for span in first.spans)
+    return overlap(first, second) / busy if busy > 0 else 0.0
 
 
 # ---- the view ------------------------------------------------------------------------------
