@@ -112,10 +112,32 @@ def test_a_crashing_worker_is_counted_and_the_chunk_goes_on() -> None:
     assert result["forward"]["passed"] == result["forward"]["total"] - 1
 
 
+# Whether these pass at assert_close's default tolerances depends on the host CPU: PyTorch runs
+# float16 convolutions through oneDNN on CPUs with AVX512-FP16 (and AMX), through its own kernels
+# elsewhere, and ember's results match one path to the last bit but not the other (measured: loose on
+# a CPU without AVX512-FP16, equal on one with it). Every other figure is the same on both.
+CPU_DEPENDENT_LOOSE = {"float16": {f"nn.functional.conv_transpose{n}d" for n in (1, 2, 3)}}
+
+
+def _held_on_every_cpu(default_tolerance: dict[str, Any]) -> dict[str, Any]:
+    return {
+        dtype: (counts["total"], sorted(set(counts["loose"]) - CPU_DEPENDENT_LOOSE.get(dtype, set())))
+        for dtype, counts in default_tolerance.items()
+    }
+
+
 def test_checked_in_summary_is_current(summary: dict[str, Any]) -> None:
-    """Chapter 14 shows opinfo_summary.json: every field must be this sweep's (it holds no timings)."""
+    """Chapter 14 shows opinfo_summary.json: every field must be this sweep's (it holds no timings),
+    except the CPU-dependent part of `default_tolerance`, which `make conformance` prints only."""
     if run.default_samples() != run.CI_SAMPLES:
         pytest.skip("the checked-in summary is the CI sweep's")
     saved = json.loads(report.SUMMARY_FILE.read_text(encoding="utf-8"))
-    stale = sorted(f for f in saved.keys() | summary.keys() if saved.get(f) != summary.get(f))
+    exact = (saved.keys() | summary.keys()) - {"default_tolerance"}
+    stale = sorted(f for f in exact if saved.get(f) != summary.get(f))
+    if _held_on_every_cpu(saved["default_tolerance"]) != _held_on_every_cpu(summary["default_tolerance"]):
+        stale.append("default_tolerance")
     assert not stale, f"{report.SUMMARY_FILE.name} is stale in {stale}: regenerate it with `make conformance`"
+    # A pair passes either at the default tolerances or only as accurately as the CPU (loose).
+    for dtype, counts in summary["default_tolerance"].items():
+        passed = summary["forward"]["by_dtype"][dtype]["passed"]
+        assert counts["passed"] + len(counts["loose"]) == passed, dtype
