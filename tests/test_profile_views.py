@@ -67,7 +67,7 @@ def test_timeline_keeps_top_level_operators_and_one_track_per_stream() -> None:
     # ... which is half of the copy's 40 us, and 20 of the kernels' 30 + 5 us
     compute, side = tl.track("ember:0 stream 0"), tl.track("ember:0 stream 3")
     assert timeline.overlap_share(side, compute) == 0.5
-    assert timeline.overlap_share(compute, side) == 20.0 / 35.0
+    assert timeline.overlap_share(compute, side) == 20.0 / 35.0 and compute.busy == 35.0
     assert timeline.overlap_share(timeline.Track("idle", True, ()), compute) == 0.0
     # the copy (20..60) between 10 and 40: half of it; the kernels span 10..67
     assert timeline.share_within(side, 10.0, 40.0) == 0.5

@@ -45,6 +45,11 @@ class Track:
         return Counter(span.kind for span in self.spans)
 
     @property
+    def busy(self) -> float:
+        """How long the spans last, summed (microseconds)."""
+        return sum(span.end - span.start for span in self.spans)
+
+    @property
     def bounds(self) -> tuple[float, float]:
         """When the first span starts and the last one ends (microseconds)."""
         if not self.spans:
@@ -128,7 +133,7 @@ def overlap(first: Track, second: Track) -> float:
 def share_within(track: Track, start: float, end: float) -> float:
     """The share of `track`'s busy time that falls between `start` and `end` (a ratio
     within one run, like `overlap_share`)."""
-    busy = sum(span.end - span.start for span in track.spans)
+    busy = track.busy
     inside = sum(max(0.0, min(span.end, end) - max(span.start, start)) for span in track.spans)
     return inside / busy if busy > 0 else 0.0
 
@@ -136,7 +141,7 @@ def share_within(track: Track, start: float, end: float) -> float:
 def overlap_share(first: Track, second: Track) -> float:
     """The share of `first`'s busy time during which some span of `second` ran: a ratio
     within one run, which a saved output can show (the durations change per run)."""
-    busy = sum(span.end - span.start for span in first.spans)
+    busy = first.busy
     return overlap(first, second) / busy if busy > 0 else 0.0
 
 
