@@ -21,6 +21,12 @@ Stable keys (also written by ``--json``):
 - ``allreduce_64m_busbw_vs_memcpy``: eccl's bus bandwidth for the same all-reduce / the host's
   memcpy bandwidth (libc's, ``ctypes.memmove`` of 64 MiB, timed on rank 0 between the rounds)
   (target >= 0.5).
+- ``allreduce_auto_vs_best_min``: the backend's own choice against the better of the two algorithms
+  forced, at each size from 4 KiB to 64 MiB: the smallest over sizes of auto's bus bandwidth / the
+  better fixed algorithm's (target >= 0.9). The three are timed in the same pair of ranks, in turn
+  within each round, and the round's first place rotates: a figure measured in another pair of ranks,
+  or always first in its round, differs by more than the algorithms do on a busy machine (measured:
+  the same algorithm 3x apart in two pairs run a minute apart).
 - ``ddp_step_2proc_vs_1proc``: a training step of `ddp_model` (forward, cross entropy, backward,
   SGD with momentum) under ``DistributedDataParallel`` on 2 ranks, each with half the batch /
   the same step in one process on the whole batch, without DDP (target <= 1.3). Both use the
@@ -28,8 +34,8 @@ Stable keys (also written by ``--json``):
   its share of the cores, as torchrun sets ``OMP_NUM_THREADS``.
 
 Informational: ``allreduce_{size}_busbw_{algorithm}_gbps`` for sizes 4k, 64k, 1m, 16m, 64m and
-algorithms ``one_shot``, ``ring`` (forced by ``EMBER_ECCL_ALGO``, each in a pair of ranks of
-its own, so that no pair's timing disturbs another's) and ``auto`` (the backend's choice, chooseAllreduce);
+algorithms ``one_shot``, ``ring`` (forced by ``EMBER_ECCL_ALGO``, which chooseAllreduce reads at each call)
+and ``auto`` (the backend's choice by size, chooseAllreduce); ``allreduce_{size}_auto_vs_best``;
 ``allreduce_64m_{eccl,gloo}_busbw_gbps``, ``memcpy_gbps``, ``ddp_step_{2proc,1proc}_us``.
 """
 
@@ -63,6 +69,7 @@ TIMEOUT = timedelta(seconds=120)  # a rank that hangs ends the run with an error
 TARGETS: dict[str, Target] = {
     "allreduce_64m_busbw_vs_gloo": Target(2.0, at_most=False),
     "allreduce_64m_busbw_vs_memcpy": Target(0.5, at_most=False),
+    "allreduce_auto_vs_best_min": Target(0.9, at_most=False),
     "ddp_step_2proc_vs_1proc": Target(1.3, at_most=True),
 }
 
@@ -127,14 +134,58 @@ def _measure_allreduce(repeat: int, rank: int, results: dict[str, float]) -> Non
     results["memcpy_gbps"] = ALLREDUCE_BYTES / statistics.median(copy) / 1e9
 
 
-def _measure_sizes(repeat: int, rank: int, algorithm: str, results: dict[str, float]) -> None:
+def rotated(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[list[float]]:
+    """As `interleaved`, but round r starts with call r mod len(calls): whatever the first call of a round
+    pays (here the ranks' drift since the previous round, which the first collective absorbs) falls on
+    each call in turn."""
+    for _ in range(warmup):
+        for call in calls:
+            call()
+    times: list[list[float]] = [[] for _ in calls]
+    for r in range(max(1, rounds)):
+        for i in range(len(calls)):
+            index = (r + i) % len(calls)
+            start = time.perf_counter()
+            calls[index]()
+            times[index].append(time.perf_counter() - start)
+    return times
+
+
+def auto_vs_best(auto: list[float], fixed: dict[str, list[float]]) -> float:
+    """Auto's bus bandwidth / the better fixed algorithm's (the one of the lower median time): the
+    median over rounds of that algorithm's time / auto's, timed in the same round."""
+    best = min(fixed.values(), key=statistics.median)
+    return ratio(best, auto)
+
+
+def _measure_sizes(repeat: int, rank: int, results: dict[str, float]) -> None:
     device = torch.device("ember", rank)
+
+    def forced(algorithm: str, t: torch.Tensor) -> Callable[[], None]:
+        def run() -> None:
+            if algorithm == "auto":
+                os.environ.pop("EMBER_ECCL_ALGO", None)
+            else:
+                os.environ["EMBER_ECCL_ALGO"] = algorithm  # chooseAllreduce reads it at each call
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+
+        return synced(run)
+
+    worst = float("inf")
     for label, nbytes in SIZES.items():
         t = torch.ones(nbytes // 4, device=device)
         # Small calls are cheap and noisy: more rounds for them, fewer for 64 MiB.
         rounds = max(5, min(repeat, (repeat << 20) // nbytes // 4))
-        (times,) = interleaved([synced(lambda t=t: dist.all_reduce(t, op=dist.ReduceOp.AVG))], rounds)
-        results[f"allreduce_{label}_busbw_{algorithm}_gbps"] = busbw_gbps(nbytes, statistics.median(times))
+        times = dict(zip(ALGORITHMS, rotated([forced(a, t) for a in ALGORITHMS], rounds), strict=True))
+        for algorithm, samples in times.items():
+            results[f"allreduce_{label}_busbw_{algorithm}_gbps"] = busbw_gbps(
+                nbytes, statistics.median(samples)
+            )
+        fixed = {a: samples for a, samples in times.items() if a != "auto"}
+        results[f"allreduce_{label}_auto_vs_best"] = auto_vs_best(times["auto"], fixed)
+        worst = min(worst, results[f"allreduce_{label}_auto_vs_best"])
+    os.environ.pop("EMBER_ECCL_ALGO", None)
+    results["allreduce_auto_vs_best_min"] = worst
 
 
 def _measure_ddp(repeat: int, rank: int, results: dict[str, float]) -> None:
@@ -182,20 +233,15 @@ def _measure_ddp(repeat: int, rank: int, results: dict[str, float]) -> None:
 
 
 def _rank_main(rank: int, port: int, task: str, repeat: int) -> None:
-    """One rank of the pair that runs `task`: "targets" or an algorithm of `ALGORITHMS`."""
-    if task in ("one_shot", "ring"):
-        os.environ["EMBER_ECCL_ALGO"] = task  # chooseAllreduce reads it at each call
+    """One rank of the pair that runs `task` ("targets": every figure)."""
     store = dist.PrefixStore(task, dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT))
     torch.ember.set_device(rank)
     dist.init_process_group("cpu:gloo,ember:eccl", store=store, rank=rank, world_size=WORLD, timeout=TIMEOUT)
     results: dict[str, float] = {}
     try:
-        if task == "targets":
-            _measure_allreduce(repeat, rank, results)
-            _measure_sizes(repeat, rank, "auto", results)
-            _measure_ddp(repeat, rank, results)
-        else:
-            _measure_sizes(repeat, rank, task, results)
+        _measure_allreduce(repeat, rank, results)
+        _measure_sizes(repeat, rank, results)
+        _measure_ddp(repeat, rank, results)
     finally:
         dist.destroy_process_group()
     if rank == 0:
@@ -233,11 +279,9 @@ def _run_pair(store: dist.TCPStore, task: str, repeat: int) -> dict[str, float]:
 
 
 def measure(repeat: int = 200) -> dict[str, float]:
-    """Run the distributed benchmarks once (a pair of ranks per task); the figures under their keys."""
+    """Run the distributed benchmarks once, in one pair of ranks; the figures under their keys."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
-    results: dict[str, float] = {}
-    for task in ("targets", "one_shot", "ring"):
-        results.update(_run_pair(store, task, repeat))
+    results = _run_pair(store, "targets", repeat)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -245,6 +289,7 @@ def measure(repeat: int = 200) -> dict[str, float]:
 ROWS = [
     ("all_reduce 64 MiB, 2 ranks: eccl / gloo busbw", "allreduce_64m_busbw_vs_gloo"),
     ("all_reduce 64 MiB, 2 ranks: eccl busbw / memcpy", "allreduce_64m_busbw_vs_memcpy"),
+    ("all_reduce 4 KiB-64 MiB: auto / best fixed busbw, min", "allreduce_auto_vs_best_min"),
     ("training step: DDP on 2 ranks / 1 process", "ddp_step_2proc_vs_1proc"),
 ]
 
@@ -264,6 +309,8 @@ def table(results: dict[str, float]) -> str:
     for algorithm in ALGORITHMS:
         cells = "".join(f"{results[f'allreduce_{label}_busbw_{algorithm}_gbps']:8.2f}" for label in SIZES)
         lines.append(f"{algorithm:<10}{cells}")
+    cells = "".join(f"{results[f'allreduce_{label}_auto_vs_best']:8.2f}" for label in SIZES)
+    lines.append(f"{'auto/best':<10}{cells}")
     lines.append(
         f"(context: 64 MiB all_reduce busbw eccl {results['allreduce_64m_eccl_busbw_gbps']:.2f} GB/s, "
         f"gloo {results['allreduce_64m_gloo_busbw_gbps']:.2f} GB/s; memcpy {results['memcpy_gbps']:.2f} GB/s; "

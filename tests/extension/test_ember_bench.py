@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch_ember
-from torch_ember import bench
+from torch_ember import bench, bench_distributed
 
 
 def test_fallback_add_computes_on_the_cpu_and_returns_an_ember_tensor() -> None:
@@ -162,6 +162,40 @@ def test_table_marks_each_target_met_or_not() -> None:
     assert "the machine was busy" not in text
     results["load_average"] = 2.0 * (os.cpu_count() or 1) + 1
     assert "the machine was busy" in bench.table(results)
+
+
+def test_distributed_rotation_gives_each_call_the_first_place_in_turn() -> None:
+    calls: list[str] = []
+    samples = bench_distributed.rotated([lambda c=c: calls.append(c) for c in "abc"], rounds=3, warmup=1)
+    assert [len(times) for times in samples] == [3, 3, 3]
+    assert "".join(calls) == "abc" + "abc" + "bca" + "cab"
+
+
+def test_auto_is_compared_with_the_better_fixed_algorithm_round_by_round() -> None:
+    # The ring is the better (lower median time); auto took 2 in a round where the ring took 1.
+    fixed = {"one_shot": [4.0, 4.0, 4.0], "ring": [1.0, 2.0, 2.0]}
+    assert bench_distributed.auto_vs_best([2.0, 2.0, 2.0], fixed) == 1.0
+    assert bench_distributed.auto_vs_best([2.0, 4.0, 4.0], fixed) == 0.5
+
+
+def test_distributed_targets_and_table() -> None:
+    target = bench_distributed.TARGETS["allreduce_auto_vs_best_min"]
+    assert target.met(0.9) and not target.met(0.89)
+    assert "allreduce_auto_vs_best_min" in bench_distributed.STABLE_KEYS
+    results = {key: 1.0 for key in bench_distributed.TARGETS}
+    for label in bench_distributed.SIZES:
+        results[f"allreduce_{label}_auto_vs_best"] = 1.0
+        for algorithm in bench_distributed.ALGORITHMS:
+            results[f"allreduce_{label}_busbw_{algorithm}_gbps"] = 1.0
+    for key in ("allreduce_64m_eccl_busbw_gbps", "allreduce_64m_gloo_busbw_gbps", "memcpy_gbps"):
+        results[key] = 1.0
+    results.update(ddp_step_2proc_us=1.0, ddp_step_1proc_us=1.0, load_average=0.0)
+    results["allreduce_auto_vs_best_min"] = 0.8
+    rows = {line.split("  ")[0]: line for line in bench_distributed.table(results).splitlines()}
+    assert rows["all_reduce 4 KiB-64 MiB: auto / best fixed busbw, min"].endswith(">= 0.9  NO")
+    assert rows["all_reduce 64 MiB, 2 ranks: eccl / gloo busbw"].endswith("NO")  # 1.0, target >= 2
+    assert rows["training step: DDP on 2 ranks / 1 process"].endswith("yes")
+    assert rows["auto/best"].split()[1:] == ["1.00"] * len(bench_distributed.SIZES)
 
 
 def test_the_command_writes_every_key_with_a_finite_value(tmp_path: Path) -> None:
