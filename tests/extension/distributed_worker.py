@@ -96,6 +96,11 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
             lambda c, d=dtype: c.all_to_all_single(d, SMALL, True),
         )
         add(f"send_recv[{tag}]", lambda c, d=dtype: c.send_recv(d, SMALL))
+        add(f"gather[{tag}]", lambda c, d=dtype: c.gather(d, SMALL))
+        add(f"scatter[{tag}]", lambda c, d=dtype: c.scatter(d, SMALL))
+        add(f"all_gather[uneven-{tag}]", lambda c, d=dtype: c.all_gather_uneven(d, SMALL))
+        add(f"all_to_all[list-{tag}]", lambda c, d=dtype: c.all_to_all_list(d, SMALL, False))
+        add(f"all_to_all[list-uneven-{tag}]", lambda c, d=dtype: c.all_to_all_list(d, SMALL, True))
         for op in ["SUM", "MAX"] + (["AVG"] if dtype.is_floating_point else []):
             add(f"reduce[{op}-{tag}]", lambda c, d=dtype, o=op: c.reduce(d, o, SMALL))
             add(
@@ -143,6 +148,20 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         lambda c: c.all_to_all_single(f32, large(f32), True),
     )
     add("send_recv[float32-large]", lambda c: c.send_recv(f32, large(f32)))
+    add("gather[float32-large]", lambda c: c.gather(f32, large(f32) // c.world))
+    add("scatter[float32-large]", lambda c: c.scatter(f32, large(f32) // c.world))
+    add("gather[uneven-float32-large]", lambda c: c.gather(f32, large(f32) // c.world, uneven=True))
+    add("scatter[uneven-float32-large]", lambda c: c.scatter(f32, large(f32) // c.world, uneven=True))
+    add("gather[uneven-int64-small]", lambda c: c.gather(torch.int64, SMALL, uneven=True))
+    add("scatter[uneven-int64-small]", lambda c: c.scatter(torch.int64, SMALL, uneven=True))
+    add("all_gather[uneven-float32-large]", lambda c: c.all_gather_uneven(f32, large(f32) // c.world))
+    add("all_to_all[list-uneven-float32-large]", lambda c: c.all_to_all_list(f32, large(f32), True))
+    add("send_recv[tags_match_by_tag_not_order]", lambda c: c.send_recv_tags(SMALL))
+    add(
+        "send_recv[tags_match_by_tag_not_order-large]",
+        lambda c: c.send_recv_tags(large(torch.float32)),
+    )
+    add("coalesced[batch_isend_irecv-ring]", lambda c: c.batch_isend_irecv())
     add(
         "reduce_scatter[list-SUM-float32-small]",
         lambda c: c.reduce_scatter_list(torch.float32, SMALL),
@@ -204,6 +223,7 @@ def host_error_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
             "errors[cpu_tensor_to_eccl_only_group]",
             lambda c: c.cpu_tensor_to_eccl_group(),
         ),
+        ("errors[all_to_all_single_split_sum_refused]", lambda c: c.split_sum()),
         (
             "errors[group_works_after_refusals]",
             lambda c: c.all_reduce(torch.float32, "SUM", SMALL),
@@ -216,6 +236,10 @@ def mismatch_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
     return [
         ("mismatch[sizes_disagree_on_every_rank]", lambda c: c.mismatch("numel")),
         ("mismatch[dtypes_disagree_on_every_rank]", lambda c: c.mismatch("dtype")),
+        (
+            "mismatch[all_to_all_single_output_split_sizes_disagree_on_every_rank]",
+            lambda c: c.mismatch("output_split_sizes"),
+        ),
         (
             "mismatch[a_failed_group_refuses_the_next_call]",
             lambda c: c.failed_group_refuses(),
@@ -416,6 +440,99 @@ class Ctx:
                 dist.send(out, to)
             same(into, sample(n, dtype, frm))
 
+    def uneven_sizes(self, n: int) -> list[int]:
+        """Elements per rank for the uneven cases: all differ, rank 1's is empty."""
+        return [0 if r == 1 else n + 5 * r for r in range(self.world)]
+
+    def gather(self, dtype: torch.dtype, n: int, uneven: bool = False) -> None:
+        dst = 1
+        sizes = self.uneven_sizes(n) if uneven else [n] * self.world
+        mine = sample(sizes[self.rank], dtype, self.rank)
+        dev_out = [torch.full((k,), 3, dtype=dtype, device=self.device) for k in sizes]
+        dist.gather(self.ember(mine), dev_out if self.rank == dst else None, dst=dst)
+        if uneven:  # gloo takes one size: the expectation is every rank's known input
+            expected = [sample(k, dtype, r) for r, k in enumerate(sizes)]
+        else:
+            expected = [torch.empty(n, dtype=dtype) for _ in sizes]
+            dist.gather(mine, expected if self.rank == dst else None, dst=dst)
+        if self.rank == dst:
+            for r in range(self.world):
+                same(dev_out[r], expected[r], f"block {r}")
+        else:  # the outputs of the other ranks are not touched
+            for t in dev_out:
+                same(t, torch.full_like(t, 3, device="cpu"))
+
+    def scatter(self, dtype: torch.dtype, n: int, uneven: bool = False) -> None:
+        src = self.world - 1
+        sizes = self.uneven_sizes(n) if uneven else [n] * self.world
+        blocks = [sample(k, dtype, src, salt=r) for r, k in enumerate(sizes)]
+        dev_out = torch.empty(sizes[self.rank], dtype=dtype, device=self.device)
+        dev_in = [self.ember(b) for b in blocks] if self.rank == src else None
+        dist.scatter(dev_out, dev_in, src=src)
+        if uneven:
+            expected = blocks[self.rank]
+        else:
+            expected = torch.empty(n, dtype=dtype)
+            dist.scatter(expected, blocks if self.rank == src else None, src=src)
+        same(dev_out, expected)
+
+    def all_gather_uneven(self, dtype: torch.dtype, n: int) -> None:
+        # NCCL's all_gather takes outputs of different sizes; gloo's does not: the expectation is local.
+        sizes = self.uneven_sizes(n)
+        dev_out = [torch.empty(k, dtype=dtype, device=self.device) for k in sizes]
+        dist.all_gather(dev_out, self.ember(sample(sizes[self.rank], dtype, self.rank)))
+        for r, k in enumerate(sizes):
+            same(dev_out[r], sample(k, dtype, r), f"block {r}")
+
+    def all_to_all_list(self, dtype: torch.dtype, n: int, uneven: bool) -> None:
+        # Uneven lists against gloo's all_to_all_single on the same blocks laid end to end (gloo's
+        # all_to_all takes one size).
+        def count(r: int, q: int) -> int:
+            return (r + 2 * q) % 3 * (n // 3) + q if uneven else n
+
+        blocks = [sample(count(self.rank, q), dtype, self.rank, salt=q) for q in range(self.world)]
+        dev_out = [
+            torch.empty(count(q, self.rank), dtype=dtype, device=self.device) for q in range(self.world)
+        ]
+        dist.all_to_all(dev_out, [self.ember(b) for b in blocks])
+        out_splits = [count(q, self.rank) for q in range(self.world)]
+        expected = torch.empty(sum(out_splits), dtype=dtype)
+        dist.all_to_all_single(
+            expected, torch.cat(blocks), out_splits, [count(self.rank, q) for q in range(self.world)]
+        )
+        for r, e in enumerate(expected.split(out_splits)):
+            same(dev_out[r], e, f"block {r}")
+
+    def send_recv_tags(self, n: int) -> None:
+        # Rank 0 sends tag 1, then tag 2; rank 1 receives tag 2 first: matched by tag, not by order
+        # (eccl keeps the tag-1 message, read on the way, until its receive), as gloo does.
+        if self.rank > 1:
+            return
+        for make in (lambda t: t, self.ember):
+            first, second = make(sample(n, torch.float32, 0, salt=1)), make(sample(7, torch.int64, 0, salt=2))
+            if self.rank == 0:
+                works = [dist.isend(first, 1, tag=1), dist.isend(second, 1, tag=2)]
+                for w in works:
+                    w.wait()
+            else:
+                got_second = make(torch.zeros(7, dtype=torch.int64))
+                got_first = make(torch.zeros(n, dtype=torch.float32))
+                dist.recv(got_second, 0, tag=2)
+                dist.recv(got_first, 0, tag=1)
+                same(got_second, sample(7, torch.int64, 0, salt=2), "tag 2")
+                same(got_first, sample(n, torch.float32, 0, salt=1), "tag 1")
+        torch.ember.synchronize()
+
+    def batch_isend_irecv(self) -> None:
+        to, frm = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        for make in (lambda t: t, self.ember):
+            out = make(sample(1000, torch.float64, self.rank))
+            into = make(torch.zeros(1000, dtype=torch.float64))
+            ops = [dist.P2POp(dist.isend, out, to), dist.P2POp(dist.irecv, into, frm)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+            same(into, sample(1000, torch.float64, frm))
+
     def barrier(self) -> None:
         if self.rank == 0:
             time.sleep(LATE_S)
@@ -606,13 +723,46 @@ class Ctx:
 
     # A collective the ranks disagree on: every rank raises, naming the collective.
 
+    def split_sum(self) -> None:
+        t = torch.ones(4, device=self.device)
+        raises(
+            lambda: dist.all_to_all_single(t, t, [1] * self.world, [2] * self.world),
+            "Split sizes doesn't match total dim 0 size",
+            "eccl: all_to_all_single",
+        )
+
     def mismatch(self, what: str) -> None:
         group = dist.new_group(backend="eccl")
         dist.all_reduce(torch.ones(2, device=self.device), group=group)  # #1 works
+        side = torch.ember.Stream()  # the failure is sticky on the stream that waits: not the default one
+        if what == "output_split_sizes":
+            # Rank r sends rank q q + r + 1 rows; rank 0 alone expects them in the reverse order (the
+            # same total): every rank raises, none hangs or lays the rows out wrong.
+            sends = [q + self.rank + 1 for q in range(self.world)]
+            expects = [self.rank + r + 1 for r in range(self.world)]
+            if self.rank == 0:
+                expects.reverse()
+            inp = torch.ones(sum(sends), 2, device=self.device)
+            out = torch.empty(sum(expects), 2, device=self.device)
+            with torch.ember.stream(side):
+
+                def call_and_sync() -> None:
+                    dist.all_to_all_single(out, inp, expects, sends, group=group)
+                    out.cpu()
+
+                message = raises(
+                    call_and_sync,
+                    "eccl: all_to_all_single #2",
+                    f"({self.world} ranks)",
+                    "disagree",
+                )
+            self.failed_group = group
+            # Every rank reaches the same verdict from the agreed descriptors (or saw a peer abort).
+            assert "output_split_sizes" in message or "aborted" in message, message
+            return
         n = 8 + (self.rank if what == "numel" else 0)
         dtype = torch.float32 if what == "numel" or self.rank == 0 else torch.float64
         t = torch.ones(n, dtype=dtype, device=self.device)
-        side = torch.ember.Stream()  # the failure is sticky on the stream that waits: not the default one
         with torch.ember.stream(side):
 
             def call_and_sync() -> None:

@@ -14,6 +14,7 @@
 #include <c10/util/irange.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <utility>
@@ -58,6 +59,62 @@ void checkReduction(const std::string& name, c10d::ReduceOp op,
                   (kind != RedOp::MIN && kind != RedOp::MAX),
               "eccl: ", name, " cannot take the ", reduceName(kind), " of ",
               dtype, " (complex numbers have no order)");
+}
+
+void checkSameDtype(const char* name, const at::Tensor& mine,
+                    const at::Tensor& other) {
+  TORCH_CHECK(other.scalar_type() == mine.scalar_type(), "eccl: ", name,
+              " takes tensors of one dtype, got ", mine.scalar_type(),
+              " and ", other.scalar_type());
+}
+
+int checkRoot(const char* name, int64_t root, int world) {
+  TORCH_CHECK(root >= 0 && root < world, "eccl: ", name, " from root ", root,
+              " in a group of ", world, " ranks");
+  return static_cast<int>(root);
+}
+
+// Rows (dim 0) per rank of an all_to_all_single's tensor, as c10d checks
+// them (in its words), then in bytes.
+std::vector<int64_t> splitBytes(const std::vector<int64_t>& splits,
+                                const at::Tensor& t, int world,
+                                const char* which) {
+  const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  std::vector<int64_t> counts(world, 0);
+  if (splits.empty()) {
+    TORCH_CHECK(rows % world == 0, "Tensor's dim 0 does not divide equally "
+                "across group size (eccl: all_to_all_single's ", which,
+                " has ", rows, " rows for ", world, " ranks)");
+    std::fill(counts.begin(), counts.end(), rows / world);
+  } else {
+    TORCH_CHECK(static_cast<int>(splits.size()) == world,
+                "Number of tensor splits not equal to group size (eccl: "
+                "all_to_all_single got ", splits.size(), " ", which,
+                " split sizes for ", world, " ranks)");
+    int64_t sum = 0;
+    for (const int64_t n : splits) {
+      TORCH_CHECK(n >= 0, "eccl: all_to_all_single's ", which,
+                  " split sizes must not be negative, got ", n);
+      sum += n;
+    }
+    TORCH_CHECK(sum == rows, "Split sizes doesn't match total dim 0 size "
+                "(eccl: all_to_all_single's ", which, " split sizes sum to ",
+                sum, ", its dim 0 is ", rows, ")");
+    counts = splits;
+  }
+  const int64_t row_bytes = rows > 0 ? t.nbytes() / rows : 0;
+  for (int64_t& n : counts) n *= row_bytes;
+  return counts;
+}
+
+// The kernel's view of host pointers (ember::atOffset, each).
+template <typename Pointer>
+std::vector<Pointer> shifted(const std::vector<Pointer>& pointers,
+                             ptrdiff_t offset) {
+  std::vector<Pointer> at;
+  at.reserve(pointers.size());
+  for (Pointer p : pointers) at.push_back(ember::atOffset(p, offset));
+  return at;
 }
 
 // A unique name for the group's link in /dev/shm.
@@ -420,25 +477,91 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::allgather(
   TORCH_CHECK(static_cast<int>(list.size()) == getSize(), "eccl: all_gather ",
               "needs an output tensor for each of the ", getSize(),
               " ranks, got ", list.size());
+  // Sizes may differ by rank (as NCCL allows): outputs[q] must hold what
+  // rank q sends, which the ranks check together (Session::checkPairs).
+  Descriptor d = describe("all_gather", c10d::OpType::ALLGATHER, input, -1);
   std::vector<at::Tensor> touched{input};
   std::vector<char*> targets;
-  for (const at::Tensor& out : list) {
-    TORCH_CHECK(out.numel() == input.numel() &&
-                    out.scalar_type() == input.scalar_type(),
-                "eccl: all_gather's outputs must each match the input (",
-                input.numel(), " x ", input.scalar_type(), ")");
+  for (const int q : c10::irange(getSize())) {
+    const at::Tensor& out = list[q];
+    checkSameDtype("all_gather", input, out);
     touched.push_back(out);
     targets.push_back(static_cast<char*>(out.data_ptr()));
+    d.sends[q] = static_cast<int64_t>(input.nbytes());
+    d.recvs[q] = static_cast<int64_t>(out.nbytes());
   }
-  Descriptor d =
-      describe("all_gather", c10d::OpType::ALLGATHER, input, input.numel());
   return run({c10d::OpType::ALLGATHER, "all_gather", touched, list,
               opts.timeout, d,
               [in = static_cast<const char*>(input.data_ptr()),
                bytes = input.nbytes(), targets](Session& s, ptrdiff_t off) {
-                std::vector<char*> at;
-                for (char* p : targets) at.push_back(ember::atOffset(p, off));
-                allGather(s, ember::atOffset(in, off), bytes, at);
+                allGather(s, ember::atOffset(in, off), bytes,
+                          shifted(targets, off));
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "eccl: gather takes one input tensor");
+  const int root = checkRoot("gather", opts.rootRank, getSize());
+  at::Tensor input = inputs[0];
+  const bool receives = getRank() == root;
+  // c10d passes the root its output list, the others an empty one.
+  const std::vector<at::Tensor> list =
+      receives && !outputs.empty() ? outputs[0] : std::vector<at::Tensor>{};
+  TORCH_CHECK(!receives || static_cast<int>(list.size()) == getSize(),
+              "eccl: gather needs, on the root, an output tensor for each of "
+              "the ", getSize(), " ranks, got ", list.size());
+  Descriptor d = describe("gather", c10d::OpType::GATHER, input, -1);
+  d.root = root;
+  d.sends[root] = static_cast<int64_t>(input.nbytes());
+  std::vector<at::Tensor> touched{input};
+  std::vector<char*> targets;
+  for (const int q : c10::irange(static_cast<int>(list.size()))) {
+    checkSameDtype("gather", input, list[q]);
+    touched.push_back(list[q]);
+    targets.push_back(static_cast<char*>(list[q].data_ptr()));
+    d.recvs[q] = static_cast<int64_t>(list[q].nbytes());
+  }
+  return run({c10d::OpType::GATHER, "gather", touched, list, opts.timeout, d,
+              [in = static_cast<const char*>(input.data_ptr()),
+               bytes = input.nbytes(), targets](Session& s, ptrdiff_t off) {
+                allGather(s, ember::atOffset(in, off), bytes,
+                          shifted(targets, off));
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "eccl: scatter takes one output tensor");
+  const int root = checkRoot("scatter", opts.rootRank, getSize());
+  at::Tensor output = outputs[0];
+  const bool sends = getRank() == root;
+  // c10d passes the root its input list, the others an empty one.
+  const std::vector<at::Tensor> list =
+      sends && !inputs.empty() ? inputs[0] : std::vector<at::Tensor>{};
+  TORCH_CHECK(!sends || static_cast<int>(list.size()) == getSize(),
+              "eccl: scatter needs, on the root, an input tensor for each of "
+              "the ", getSize(), " ranks, got ", list.size());
+  Descriptor d = describe("scatter", c10d::OpType::SCATTER, output, -1);
+  d.root = root;
+  d.recvs[root] = static_cast<int64_t>(output.nbytes());
+  std::vector<at::Tensor> touched{output};
+  std::vector<const char*> sources;
+  for (const int q : c10::irange(static_cast<int>(list.size()))) {
+    checkSameDtype("scatter", output, list[q]);
+    touched.push_back(list[q]);
+    sources.push_back(static_cast<const char*>(list[q].data_ptr()));
+    d.sends[q] = static_cast<int64_t>(list[q].nbytes());
+  }
+  return run({c10d::OpType::SCATTER, "scatter", touched, {output},
+              opts.timeout, d,
+              [sources, out = static_cast<char*>(output.data_ptr()),
+               root](Session& s, ptrdiff_t off) {
+                eccl::scatter(s, shifted(sources, off),
+                              ember::atOffset(out, off), root);
               }});
 }
 
@@ -534,35 +657,65 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall_base(
     std::vector<int64_t>& input_split_sizes,
     const c10d::AllToAllOptions& opts) {
   const int world = getSize();
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
-              "eccl: all_to_all_single needs one dtype, got ",
-              input.scalar_type(), " and ", output.scalar_type());
-  // Splits count rows (dim 0); none given: equal blocks.
-  const int64_t rows = input.dim() > 0 ? input.size(0) : 1;
-  const int64_t row_bytes = rows > 0 ? input.nbytes() / rows : 0;
-  Descriptor d = describe("all_to_all", c10d::OpType::ALLTOALL_BASE, input, -1);
+  checkSameDtype("all_to_all_single", input, output);
+  // Splits count rows (dim 0); none given: equal blocks. The output's
+  // splits are checked against what the senders send (Session::checkPairs):
+  // a rank expecting other sizes fails every rank, never lays data out
+  // where its caller does not look.
+  const std::vector<int64_t> sends =
+      splitBytes(input_split_sizes, input, world, "input");
+  const std::vector<int64_t> recvs =
+      splitBytes(output_split_sizes, output, world, "output");
+  Descriptor d =
+      describe("all_to_all_single", c10d::OpType::ALLTOALL_BASE, input, -1);
+  std::vector<const char*> sources;
+  std::vector<char*> targets;
+  const auto* in = static_cast<const char*>(input.data_ptr());
+  auto* out = static_cast<char*>(output.data_ptr());
   for (const int q : c10::irange(world)) {
-    int64_t count = 0;
-    if (input_split_sizes.empty()) {
-      TORCH_CHECK(rows % world == 0, "eccl: all_to_all_single without "
-                  "splits needs rows divisible by ", world, ", got ", rows);
-      count = rows / world;
-    } else {
-      TORCH_CHECK(static_cast<int>(input_split_sizes.size()) == world,
-                  "eccl: all_to_all_single needs ", world,
-                  " input split sizes, got ", input_split_sizes.size());
-      count = input_split_sizes[q];
-    }
-    d.sends[q] = count * row_bytes;
+    d.sends[q] = sends[q];
+    d.recvs[q] = recvs[q];
+    sources.push_back(in);
+    targets.push_back(out);
+    in += sends[q];
+    out += recvs[q];
   }
-  (void)output_split_sizes; // what arrives is checked against the senders
-  return run({c10d::OpType::ALLTOALL_BASE, "all_to_all", {input, output},
-              {output}, opts.timeout, d,
-              [in = static_cast<const char*>(input.data_ptr()),
-               out = static_cast<char*>(output.data_ptr()),
-               bytes = output.nbytes()](Session& s, ptrdiff_t off) {
-                allToAll(s, ember::atOffset(in, off),
-                         ember::atOffset(out, off), bytes);
+  return run({c10d::OpType::ALLTOALL_BASE, "all_to_all_single",
+              {input, output}, {output}, opts.timeout, d,
+              [sources, targets](Session& s, ptrdiff_t off) {
+                allToAll(s, shifted(sources, off), shifted(targets, off));
+              }});
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions& opts) {
+  const int world = getSize();
+  TORCH_CHECK(static_cast<int>(inputs.size()) == world &&
+                  static_cast<int>(outputs.size()) == world,
+              "eccl: all_to_all needs an input and an output tensor for each "
+              "of the ", world, " ranks, got ", inputs.size(), " and ",
+              outputs.size());
+  // Sizes may differ by pair of ranks (as NCCL allows): outputs[q] must hold
+  // what rank q sends (Session::checkPairs).
+  Descriptor d = describe("all_to_all", c10d::OpType::ALLTOALL, inputs[0], -1);
+  std::vector<at::Tensor> touched;
+  std::vector<const char*> sources;
+  std::vector<char*> targets;
+  for (const int q : c10::irange(world)) {
+    checkSameDtype("all_to_all", inputs[0], inputs[q]);
+    checkSameDtype("all_to_all", inputs[0], outputs[q]);
+    touched.push_back(inputs[q]);
+    touched.push_back(outputs[q]);
+    sources.push_back(static_cast<const char*>(inputs[q].data_ptr()));
+    targets.push_back(static_cast<char*>(outputs[q].data_ptr()));
+    d.sends[q] = static_cast<int64_t>(inputs[q].nbytes());
+    d.recvs[q] = static_cast<int64_t>(outputs[q].nbytes());
+  }
+  return run({c10d::OpType::ALLTOALL, "all_to_all", touched, outputs,
+              opts.timeout, d,
+              [sources, targets](Session& s, ptrdiff_t off) {
+                allToAll(s, shifted(sources, off), shifted(targets, off));
               }});
 }
 
@@ -576,7 +729,7 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::barrier(
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::send(
-    std::vector<at::Tensor>& tensors, int dst_rank, int /*tag: in order*/) {
+    std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "eccl: send takes one tensor");
   TORCH_CHECK(dst_rank >= 0 && dst_rank < getSize() && dst_rank != getRank(),
               "eccl: send to rank ", dst_rank, " from rank ", getRank(),
@@ -584,16 +737,16 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::send(
   at::Tensor t = tensors[0];
   return run({c10d::OpType::SEND, c10::str("send to rank ", dst_rank), {t},
               {t}, c10d::kUnsetTimeout, std::nullopt,
-              [data = static_cast<const char*>(t.data_ptr()), dst_rank,
+              [data = static_cast<const char*>(t.data_ptr()), dst_rank, tag,
                bytes = t.nbytes(), dtype = t.scalar_type()](Session& s,
                                                            ptrdiff_t off) {
-                eccl::send(s, dst_rank, ember::atOffset(data, off), bytes,
+                eccl::send(s, dst_rank, tag, ember::atOffset(data, off), bytes,
                            dtype);
               }});
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::recv(
-    std::vector<at::Tensor>& tensors, int src_rank, int /*tag: in order*/) {
+    std::vector<at::Tensor>& tensors, int src_rank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "eccl: recv takes one tensor");
   TORCH_CHECK(src_rank >= 0 && src_rank < getSize() && src_rank != getRank(),
               "eccl: recv from rank ", src_rank, " on rank ", getRank(),
@@ -601,13 +754,17 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::recv(
   at::Tensor t = tensors[0];
   return run({c10d::OpType::RECV, c10::str("recv from rank ", src_rank), {t},
               {t}, c10d::kUnsetTimeout, std::nullopt,
-              [data = static_cast<char*>(t.data_ptr()), src_rank,
-               bytes = t.nbytes(), dtype = t.scalar_type()](Session& s,
-                                                           ptrdiff_t off) {
-                eccl::recv(s, src_rank, ember::atOffset(data, off), bytes,
-                           dtype);
+              [data = static_cast<char*>(t.data_ptr()), src_rank, tag,
+               mailbox = mailbox_, bytes = t.nbytes(),
+               dtype = t.scalar_type()](Session& s, ptrdiff_t off) {
+                eccl::recv(s, *mailbox, src_rank, tag,
+                           ember::atOffset(data, off), bytes, dtype);
               }});
 }
+
+// recvAnysource (dist.recv without src) stays c10d's refusal: a receive
+// from any rank would have to watch every channel at once, and no part of
+// PyTorch that eccl serves (DDP, FSDP, DTensor, checkpointing) calls it.
 
 } // namespace ember::eccl
 // ember-book: end eccl_backend

@@ -1,6 +1,7 @@
 // eccl: ember's collective communication backend for torch.distributed.
 #pragma once
 
+#include "distributed/EcclCollectives.h"
 #include "distributed/EcclLink.h"
 
 // ember-book: begin eccl_backend_api
@@ -98,6 +99,14 @@ class EcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs,
       std::vector<std::vector<at::Tensor>>& inputs,
@@ -112,6 +121,9 @@ class EcclBackend : public c10d::Backend {
       at::Tensor& output, at::Tensor& input,
       std::vector<int64_t>& output_split_sizes,
       std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override;
@@ -159,6 +171,8 @@ class EcclBackend : public c10d::Backend {
   bool coalescing_ = false;
   std::vector<at::Tensor> coalesced_;
   std::shared_ptr<Outcome> coalesced_outcome_;
+  // Messages that came before the receive of their tag.
+  std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
 };
 
 } // namespace ember::eccl

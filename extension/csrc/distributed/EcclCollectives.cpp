@@ -57,6 +57,28 @@ void combineBool(bool* dst, const bool* src, int64_t n, RedOp op) {
   }
 }
 
+// Bytes rank `from` sends rank `to` in the pairwise collective agreed on.
+size_t sendsTo(const Session& s, int from, int to) {
+  return static_cast<size_t>(s.descriptorOf(from).sends[to]);
+}
+
+// Bytes [begin, end) of the blocks laid end to end, into `into`.
+template <typename Pointer>
+void copyStretch(const std::vector<Pointer>& blocks,
+                 const std::vector<size_t>& lengths, size_t begin, size_t end,
+                 char* into) {
+  size_t at = 0;
+  for (const size_t b : c10::irange(blocks.size())) {
+    const size_t lo = std::max(begin, at);
+    const size_t hi = std::min(end, at + lengths[b]);
+    if (lo < hi) {
+      std::memcpy(into + (lo - begin), blocks[b] + (lo - at), hi - lo);
+    }
+    at += lengths[b];
+    if (at >= end) return;
+  }
+}
+
 size_t itemSize(c10::ScalarType dtype) {
   return c10::elementSize(dtype);
 }
@@ -231,13 +253,53 @@ void reduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
 
 void allGather(Session& s, const char* input, size_t bytes,
                const std::vector<char*>& outputs) {
-  for (size_t begin = 0; begin < bytes; begin += kChunkBytes) {
-    const size_t n = std::min(kChunkBytes, bytes - begin);
-    std::memcpy(s.nextSlot(), input + begin, n);
+  const int rank = s.rank();
+  size_t longest = 0;
+  for (const int peer : c10::irange(s.world())) {
+    for (const int q : c10::irange(s.world())) {
+      longest = std::max(longest, sendsTo(s, peer, q));
+    }
+  }
+  for (size_t begin = 0; begin < longest; begin += kChunkBytes) {
+    char* slot = s.nextSlot();
+    if (begin < bytes) {
+      std::memcpy(slot, input + begin, std::min(kChunkBytes, bytes - begin));
+    }
     s.post();
-    for (const int peer : c10::irange(s.world())) {
+    for (const int peer : c10::irange(outputs.empty() ? 0 : s.world())) {
+      const size_t length = sendsTo(s, peer, rank);
+      if (begin >= length) continue;
       // memmove: the output block of this rank may be its input.
-      std::memmove(outputs[peer] + begin, s.peerSlot(peer), n);
+      std::memmove(outputs[peer] + begin, s.peerSlot(peer),
+                   std::min(kChunkBytes, length - begin));
+    }
+    s.finishRound();
+  }
+}
+
+void scatter(Session& s, const std::vector<const char*>& inputs, char* output,
+             int root) {
+  // The root publishes its inputs one after another, as one stream of
+  // chunks; each rank copies out the stretch that is its block.
+  const int world = s.world();
+  std::vector<size_t> lengths(world);
+  size_t total = 0, mine = 0;
+  for (const int q : c10::irange(world)) {
+    lengths[q] = sendsTo(s, root, q);
+    if (q == s.rank()) mine = total;
+    total += lengths[q];
+  }
+  const size_t length = lengths[s.rank()];
+  for (size_t begin = 0; begin < total; begin += kChunkBytes) {
+    const size_t end = std::min(begin + kChunkBytes, total);
+    char* slot = s.nextSlot();
+    if (s.rank() == root) copyStretch(inputs, lengths, begin, end, slot);
+    s.post();
+    const size_t lo = std::max(begin, mine);
+    const size_t hi = std::min(end, mine + length);
+    if (lo < hi) {
+      std::memcpy(output + (lo - mine), s.peerSlot(root) + (lo - begin),
+                  hi - lo);
     }
     s.finishRound();
   }
@@ -269,47 +331,39 @@ void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
   if (op == RedOp::AVG) divideBy(output, numel, dtype, s.world());
 }
 
-void allToAll(Session& s, const char* input, char* output,
-              size_t output_bytes) {
+void allToAll(Session& s, const std::vector<const char*>& inputs,
+              const std::vector<char*>& outputs) {
+  // Each rank publishes its inputs one after another, as one stream of
+  // chunks; each rank copies out, from every peer's stream, its own block.
   const int world = s.world();
   const int rank = s.rank();
-  // Where each rank's block for this rank lies in its input, and where it
-  // goes in this rank's output. The ranks agreed on every descriptor.
-  std::vector<size_t> from(world), length(world), to(world);
-  size_t longest = 0, expected = 0;
-  for (const int peer : c10::irange(world)) {
-    const Descriptor& d = s.descriptorOf(peer);
-    size_t offset = 0, total = 0;
-    for (const int q : c10::irange(world)) {
-      if (q == rank) offset = total;
-      total += static_cast<size_t>(d.sends[q]);
-    }
-    from[peer] = offset;
-    length[peer] = static_cast<size_t>(d.sends[rank]);
-    to[peer] = expected;
-    expected += length[peer];
-    longest = std::max(longest, total);
-  }
-  TORCH_CHECK(expected == output_bytes, "rank ", rank, " expects ",
-              output_bytes, " bytes, and the others send it ", expected);
-  size_t input_bytes = 0; // this rank's whole input
+  std::vector<size_t> mine(world), from(world), length(world);
+  size_t longest = 0, total = 0;
   for (const int q : c10::irange(world)) {
-    input_bytes += static_cast<size_t>(s.descriptorOf(rank).sends[q]);
+    mine[q] = sendsTo(s, rank, q);
+    total += mine[q];
+  }
+  for (const int peer : c10::irange(world)) {
+    size_t offset = 0; // where peer's block for this rank starts
+    for (const int q : c10::irange(rank)) offset += sendsTo(s, peer, q);
+    from[peer] = offset;
+    length[peer] = sendsTo(s, peer, rank);
+    size_t sent = 0;
+    for (const int q : c10::irange(world)) sent += sendsTo(s, peer, q);
+    longest = std::max(longest, sent);
   }
   for (size_t begin = 0; begin < longest; begin += kChunkBytes) {
     const size_t end = begin + kChunkBytes;
-    if (begin < input_bytes) {
-      std::memcpy(s.nextSlot(), input + begin,
-                  std::min(end, input_bytes) - begin);
-    } else {
-      s.nextSlot();
+    char* slot = s.nextSlot();
+    if (begin < total) {
+      copyStretch(inputs, mine, begin, std::min(end, total), slot);
     }
     s.post();
     for (const int peer : c10::irange(world)) {
       const size_t lo = std::max(begin, from[peer]);
       const size_t hi = std::min(end, from[peer] + length[peer]);
       if (lo < hi) {
-        std::memcpy(output + to[peer] + (lo - from[peer]),
+        std::memcpy(outputs[peer] + (lo - from[peer]),
                     s.peerSlot(peer) + (lo - begin), hi - lo);
       }
     }
@@ -321,30 +375,69 @@ namespace {
 struct MessageHeader {
   uint64_t bytes;
   int32_t dtype;
+  int32_t tag;
 };
+
+void checkMessage(const Session& s, int from, int tag, size_t sent_bytes,
+                  int32_t sent_dtype, size_t bytes, c10::ScalarType dtype) {
+  TORCH_CHECK(sent_bytes == bytes &&
+                  sent_dtype == static_cast<int32_t>(dtype),
+              "rank ", from, " sent ", sent_bytes, " bytes of ",
+              static_cast<c10::ScalarType>(sent_dtype), " with tag ", tag,
+              ", rank ", s.rank(), " receives ", bytes, " bytes of ", dtype);
+}
 } // namespace
 
-void send(Session& s, int to, const char* data, size_t bytes,
+void send(Session& s, int to, int tag, const char* data, size_t bytes,
           c10::ScalarType dtype) {
-  const MessageHeader header{bytes, static_cast<int32_t>(dtype)};
+  const MessageHeader header{bytes, static_cast<int32_t>(dtype), tag};
   s.send(to, &header, sizeof(header));
   for (size_t begin = 0; begin < bytes; begin += kChunkBytes) {
     s.send(to, data + begin, std::min(kChunkBytes, bytes - begin));
   }
 }
 
-void recv(Session& s, int from, char* data, size_t bytes,
-          c10::ScalarType dtype) {
-  MessageHeader header{};
-  s.recv(from, &header, sizeof(header));
-  TORCH_CHECK(header.bytes == bytes &&
-                  header.dtype == static_cast<int32_t>(dtype),
-              "rank ", from, " sent ", header.bytes, " bytes of ",
-              static_cast<c10::ScalarType>(header.dtype), ", rank ", s.rank(),
-              " receives ", bytes, " bytes of ", dtype);
-  for (size_t begin = 0; begin < bytes; begin += kChunkBytes) {
-    s.recv(from, data + begin, std::min(kChunkBytes, bytes - begin));
+void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
+          size_t bytes, c10::ScalarType dtype) {
+  if (auto early = mailbox.take(from, tag)) {
+    checkMessage(s, from, tag, early->data.size(), early->dtype, bytes,
+                 dtype);
+    std::memcpy(data, early->data.data(), bytes);
+    return;
   }
+  // Messages of other tags that come first are read into the mailbox, so
+  // that the sender never waits for a receive that comes after this one.
+  for (;;) {
+    MessageHeader header{};
+    s.recv(from, &header, sizeof(header));
+    const bool mine = header.tag == tag;
+    if (mine) {
+      checkMessage(s, from, tag, header.bytes, header.dtype, bytes, dtype);
+    }
+    Mailbox::Message early{header.dtype, {}};
+    if (!mine) early.data.resize(header.bytes);
+    char* into = mine ? data : early.data.data();
+    for (size_t begin = 0; begin < header.bytes; begin += kChunkBytes) {
+      s.recv(from, into + begin, std::min<size_t>(kChunkBytes,
+                                                  header.bytes - begin));
+    }
+    if (mine) return;
+    mailbox.put(from, header.tag, std::move(early));
+  }
+}
+
+std::optional<Mailbox::Message> Mailbox::take(int from, int tag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = waiting_.find({from, tag});
+  if (found == waiting_.end() || found->second.empty()) return std::nullopt;
+  Message message = std::move(found->second.front());
+  found->second.pop_front();
+  return message;
+}
+
+void Mailbox::put(int from, int tag, Message message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_[{from, tag}].push_back(std::move(message));
 }
 
 } // namespace ember::eccl

@@ -11,6 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace ember::eccl {
@@ -36,22 +41,45 @@ void broadcast(Session& s, char* data, size_t bytes, int root);
 // The reduction lands in root's `data`; other ranks' data is left as it was.
 void reduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
             RedOp op, int root);
-// Each rank's `bytes` of `input` into outputs[rank] of every rank.
+// The pairwise collectives' data movement (the descriptors agreed on say
+// how much each rank sends each other: descriptorOf(p).sends[q]).
+// Each rank's `bytes` of `input` into outputs[rank] of the ranks that
+// receive: every rank for all_gather, the root for gather (the others pass
+// no outputs). Sizes may differ between ranks.
 void allGather(Session& s, const char* input, size_t bytes,
                const std::vector<char*>& outputs);
+// The root's inputs[q] (root only) into rank q's `output`.
+void scatter(Session& s, const std::vector<const char*>& inputs, char* output,
+             int root);
 // Rank r gets the reduction of block r (numel elements) of every rank's
 // input (world blocks).
 void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
                    c10::ScalarType dtype, RedOp op);
-// Rank r's input holds, in rank order, descriptorOf(r).sends[q] bytes for
-// each rank q; each rank's output gets, in rank order, what each rank sent it.
-void allToAll(Session& s, const char* input, char* output, size_t output_bytes);
-// Point to point, in order per pair of ranks; the receiver checks that the
-// sizes and types match.
-void send(Session& s, int to, const char* data, size_t bytes,
+// inputs[q] goes to rank q, into its outputs[rank].
+void allToAll(Session& s, const std::vector<const char*>& inputs,
+              const std::vector<char*>& outputs);
+// Point to point. Messages match by tag: between a pair of ranks, those of
+// one tag arrive in order, and a receive takes the first of its tag. A
+// message that comes before its receive waits in the receiver's Mailbox
+// (what MPI calls an unexpected message); the receiver checks that sizes
+// and types match.
+class Mailbox {
+ public:
+  struct Message {
+    int32_t dtype;
+    std::vector<char> data;
+  };
+  std::optional<Message> take(int from, int tag);
+  void put(int from, int tag, Message message);
+
+ private:
+  std::mutex mutex_; // the kernels of one stream run in order; for safety
+  std::map<std::pair<int, int>, std::deque<Message>> waiting_;
+};
+void send(Session& s, int to, int tag, const char* data, size_t bytes,
           c10::ScalarType dtype);
-void recv(Session& s, int from, char* data, size_t bytes,
-          c10::ScalarType dtype);
+void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
+          size_t bytes, c10::ScalarType dtype);
 
 } // namespace ember::eccl
 // ember-book: end eccl_collectives_api

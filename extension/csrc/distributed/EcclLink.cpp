@@ -180,6 +180,25 @@ void Session::agree(const Descriptor& mine) {
                             " (every rank must make the same call)"));
     }
   }
+  if (mine.numel < 0) checkPairs();
+}
+
+void Session::checkPairs() const {
+  const auto dtype = static_cast<c10::ScalarType>(descriptorOf(rank_).dtype);
+  const auto item = static_cast<int64_t>(c10::elementSize(dtype));
+  for (const int from : c10::irange(world_)) {
+    for (const int to : c10::irange(world_)) {
+      const int64_t sent = descriptorOf(from).sends[to];
+      const int64_t expected = descriptorOf(to).recvs[from];
+      if (sent != expected) {
+        throwFailure(c10::str(
+            what_, ": the ranks disagree: rank ", from, " sends rank ", to,
+            " ", sent / item, " elements, and rank ", to, " expects ",
+            expected / item, " from it (its output sizes, or its "
+            "output_split_sizes, must match what each rank sends it)"));
+      }
+    }
+  }
 }
 
 const Descriptor& Session::descriptorOf(int rank) const {

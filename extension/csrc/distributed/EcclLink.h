@@ -31,7 +31,11 @@ struct Descriptor {
   int64_t root = -1;    // broadcast, reduce
   int32_t reduce = -1;  // c10d::ReduceOp
   int32_t world = 0;
-  int64_t sends[kMaxRanks] = {}; // all_to_all: bytes for each rank
+  // The pairwise collectives (numel -1: all_to_all, all_gather, gather,
+  // scatter): the bytes this rank sends each rank, and expects from each.
+  // Every rank checks the whole matrix, so a mismatch fails them all alike.
+  int64_t sends[kMaxRanks] = {};
+  int64_t recvs[kMaxRanks] = {};
 };
 
 // A futex word: waiters sleep in the kernel, across processes. `sleepers`
@@ -102,6 +106,9 @@ class Session {
   void abort(const std::string& reason);
 
  private:
+  // The pairwise collectives' check: what each rank sends each other is
+  // what that one expects. The same verdict on every rank.
+  void checkPairs() const;
   void waitAtLeast(Counter& counter, uint32_t target, int peer,
                    const char* waiting_for);
   char* rankSlot(int rank, uint32_t round);
