@@ -161,7 +161,17 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         "send_recv[tags_match_by_tag_not_order-large]",
         lambda c: c.send_recv_tags(large(torch.float32)),
     )
-    add("coalesced[batch_isend_irecv-ring]", lambda c: c.batch_isend_irecv())
+    add("coalesced[batch_isend_irecv-ring]", lambda c: c.batch_isend_irecv(1000, recv_first=False))
+    # More than a channel holds (4 chunks), every rank sending first: the batch's sends and receives must
+    # progress together.
+    add(
+        "coalesced[batch_isend_irecv-ring-large-sends_first]",
+        lambda c: c.batch_isend_irecv(large(torch.float64), recv_first=False),
+    )
+    add(
+        "coalesced[batch_isend_irecv-ring-large-recvs_first]",
+        lambda c: c.batch_isend_irecv(large(torch.float64), recv_first=True),
+    )
     add(
         "reduce_scatter[list-SUM-float32-small]",
         lambda c: c.reduce_scatter_list(torch.float32, SMALL),
@@ -523,15 +533,15 @@ class Ctx:
                 same(got_first, sample(n, torch.float32, 0, salt=1), "tag 1")
         torch.ember.synchronize()
 
-    def batch_isend_irecv(self) -> None:
+    def batch_isend_irecv(self, n: int, recv_first: bool) -> None:
         to, frm = (self.rank + 1) % self.world, (self.rank - 1) % self.world
         for make in (lambda t: t, self.ember):
-            out = make(sample(1000, torch.float64, self.rank))
-            into = make(torch.zeros(1000, dtype=torch.float64))
+            out = make(sample(n, torch.float64, self.rank))
+            into = make(torch.zeros(n, dtype=torch.float64))
             ops = [dist.P2POp(dist.isend, out, to), dist.P2POp(dist.irecv, into, frm)]
-            for work in dist.batch_isend_irecv(ops):
+            for work in dist.batch_isend_irecv(ops[::-1] if recv_first else ops):
                 work.wait()
-            same(into, sample(1000, torch.float64, frm))
+            same(into, sample(n, torch.float64, frm))
 
     def barrier(self) -> None:
         if self.rank == 0:

@@ -257,9 +257,9 @@ void EcclBackend::closeLink() {
   if (link_ == nullptr) return;
   void* link = std::exchange(link_, nullptr);
   if (link_named_) emLinkUnlink(link_name_.c_str()); // a peer never came
-  if (comm_) {
-    // Queued collectives still use the link.
-    emStreamSynchronize(comm_->device_index(), comm_->id());
+  // Queued collectives still use the link.
+  for (const auto& stream : {sends_, comm_}) {
+    if (stream) emStreamSynchronize(stream->device_index(), stream->id());
   }
   EMBER_CHECK(emLinkClose(link));
 }
@@ -311,19 +311,15 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
   TORCH_CHECK(link_ != nullptr, "eccl: ", call.name, " after shutdown()");
   const c10::Device device = deviceFor(call.tensors, call.name);
   c10::DeviceGuard on_device(device);
-  if (!comm_) {
-    emStream_t id = 0;
-    EMBER_CHECK(emStreamCreate(device.index(), &id));
-    comm_ = c10::Stream(c10::Stream::UNSAFE, device, id);
-  }
+  const c10::Stream stream = streamFor(call.type, device);
   // The inputs are ready when the caller's stream gets here.
   c10::Event ready(kEmber);
   ready.record(guardImpl().getStream(device));
-  ready.block(*comm_);
+  ready.block(stream);
   // Tensors in flight: their memory is not reused before the collective ends.
   std::vector<const void*> buffers{link_};
   for (const at::Tensor& t : call.tensors) {
-    guardImpl().recordDataPtrOnStream(t.storage().data_ptr(), *comm_);
+    guardImpl().recordDataPtrOnStream(t.storage().data_ptr(), stream);
     buffers.push_back(t.data_ptr());
   }
   // Numbered only once every check passed: a call refused on one rank must
@@ -338,7 +334,7 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
   const std::string kernel_name = c10::str("eccl_", call.name);
   emSetNextLaunchName(kernel_name.c_str());
   ember::launchAsync(
-      device.index(), comm_->id(), buffers,
+      device.index(), stream.id(), buffers,
       [link = static_cast<char*>(link_), rank = getRank(), world = getSize(),
        timeout = timeoutOr(call.timeout), what, outcome, group = failed_,
        descriptor = call.descriptor,
@@ -356,9 +352,14 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
           throw;
         }
       });
-  auto work = c10::make_intrusive<EcclWork>(getRank(), call.type, seq, *comm_,
+  auto work = c10::make_intrusive<EcclWork>(getRank(), call.type, seq, stream,
                                             outcome, call.outputs,
                                             call.host_waits);
+  // The next sends of this coalescing start after this collective.
+  if (coalescing_ && stream == *comm_ && call.type != c10d::OpType::RECV) {
+    fence_ = std::make_unique<c10::Event>(kEmber);
+    fence_->record(*comm_);
+  }
   if (coalescing_) {
     coalesced_.insert(coalesced_.end(), call.outputs.begin(),
                       call.outputs.end());
@@ -367,10 +368,52 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
   return work;
 }
 
+c10::Stream EcclBackend::streamFor(c10d::OpType type, c10::Device device) {
+  auto create = [&] {
+    emStream_t id = 0;
+    EMBER_CHECK(emStreamCreate(device.index(), &id));
+    return c10::Stream(c10::Stream::UNSAFE, device, id);
+  };
+  if (!comm_) comm_ = create();
+  if (coalescing_ && type == c10d::OpType::SEND) {
+    // A coalesced send (batch_isend_irecv) runs on a stream of its own, so
+    // that this rank's receives of the batch progress while it waits for
+    // room at its peer: two ranks that both send first, more than the
+    // channel holds, would otherwise wait for each other for good. It starts
+    // after what came before the batch (the channels are shared with the
+    // ring); the communication stream waits for it before anything else.
+    if (!sends_) sends_ = create();
+    if (fence_) {
+      fence_->block(*sends_);
+      fence_.reset();
+    }
+    sends_pending_ = true;
+    return *sends_;
+  }
+  // The batch's receives do not wait for its sends; anything else does.
+  if (!(coalescing_ && type == c10d::OpType::RECV)) joinSends();
+  return *comm_;
+}
+
+void EcclBackend::joinSends() {
+  if (!sends_pending_) return;
+  c10::Event sent(kEmber);
+  sent.record(*sends_);
+  sent.block(*comm_);
+  sends_pending_ = false;
+}
+
 void EcclBackend::startCoalescing() {
   coalescing_ = true;
   coalesced_.clear();
   coalesced_outcome_ = std::make_shared<Outcome>();
+  // Sends of the batch start after what the communication stream holds now,
+  // not after the batch's own receives.
+  fence_.reset();
+  if (comm_) {
+    fence_ = std::make_unique<c10::Event>(kEmber);
+    fence_->record(*comm_);
+  }
 }
 
 // The calls in between ran one by one, in order on the communication stream;
@@ -378,8 +421,10 @@ void EcclBackend::startCoalescing() {
 c10::intrusive_ptr<c10d::Work> EcclBackend::endCoalescing() {
   TORCH_CHECK(coalescing_, "eccl: endCoalescing without startCoalescing");
   coalescing_ = false;
+  fence_.reset();
   if (!comm_) return nullptr; // nothing was issued
   c10::DeviceGuard on_device(comm_->device());
+  joinSends();
   return c10::make_intrusive<EcclWork>(getRank(), c10d::OpType::COALESCED,
                                        seq_, *comm_, coalesced_outcome_,
                                        std::move(coalesced_), false);

@@ -147,6 +147,11 @@ class EcclBackend : public c10d::Backend {
     bool host_waits = false;
   };
   c10::intrusive_ptr<c10d::Work> run(Call call);
+  // The stream a call runs on (the communication stream, or the sends'),
+  // ordered after what it must follow.
+  c10::Stream streamFor(c10d::OpType type, c10::Device device);
+  // The communication stream waits for the coalesced sends issued so far.
+  void joinSends();
   // A *_coalesced call's collectives as one work. Inside the caller's own
   // coalescing (_coalescing_manager(device=...) calls startCoalescing, then
   // allreduce_coalesced, then endCoalescing) they join it: its endCoalescing
@@ -166,6 +171,9 @@ class EcclBackend : public c10d::Backend {
   bool link_named_ = true; // its name still exists (until every rank opened)
   std::optional<c10::Device> device_;
   std::optional<c10::Stream> comm_;
+  std::optional<c10::Stream> sends_; // coalesced sends (streamFor)
+  bool sends_pending_ = false;       // comm_ has not waited for them yet
+  std::unique_ptr<c10::Event> fence_; // where the next coalesced send starts
   uint64_t seq_ = 0; // collectives issued so far
   std::shared_ptr<Outcome> failed_; // the first failure: the group is done
   bool coalescing_ = false;
