@@ -253,6 +253,29 @@ void EcclBackend::shutdown() {
   closeLink();
 }
 
+c10::intrusive_ptr<c10d::Backend::Options> EcclBackend::getBackendOptions() {
+  return c10::make_intrusive<c10d::Backend::Options>("eccl", timeout_);
+}
+
+// Every rank of the parent calls split with the ranks of its own subgroup (a
+// rank in none gets the first, and no backend); `store` is the subgroup's,
+// so its members meet there and make their link as any group does.
+c10::intrusive_ptr<c10d::Backend> EcclBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto mine = std::find(ranks.begin(), ranks.end(), getRank());
+  if (mine == ranks.end()) return nullptr;
+  for (const int rank : ranks) {
+    TORCH_CHECK(rank >= 0 && rank < getSize(), "eccl: split_group: rank ", rank,
+                " is not in the parent group of ", getSize(), " ranks");
+  }
+  auto child = c10::make_intrusive<EcclBackend>(
+      store, static_cast<int>(mine - ranks.begin()),
+      static_cast<int>(ranks.size()), opts ? opts->timeout : timeout_);
+  if (opts) child->setGroupUid(opts->group_name);
+  return child;
+}
+
 void EcclBackend::closeLink() {
   if (link_ == nullptr) return;
   void* link = std::exchange(link_, nullptr);

@@ -77,6 +77,18 @@ class EcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void shutdown() override;
 
+  // Subgroups (DeviceMesh's dimensions, new_group on a group made with
+  // device_id) are split from this group: each a backend of its own, with
+  // its own link.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  void setSequenceNumberForGroup() override {} // every new group starts at 0
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const c10d::BroadcastOptions& opts) override;

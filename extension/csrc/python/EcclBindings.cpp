@@ -12,11 +12,39 @@
 
 #include <chrono>
 
-// The backend is cast to its base class, which torch registered with
+namespace {
+
+// The Python class of eccl's backend: torch's Backend, plus `options`.
+// c10d's split_group (what DeviceMesh calls for each dimension of a group
+// made with device_id) deep-copies `backend.options`, which only the Python
+// classes of NCCL and XCCL define. None makes ProcessGroup::splitGroup use
+// the parent's own options, EcclBackend::getBackendOptions. Registered once,
+// in a module of its own: torch's modules are torch's.
+void registerPythonClass() {
+  static PyModuleDef definition = {PyModuleDef_HEAD_INIT, "ember_eccl",
+                                   nullptr, -1, nullptr};
+  static const bool registered = [] {
+    auto module = pybind11::module_::create_extension_module(
+        "ember_eccl", nullptr, &definition);
+    pybind11::class_<ember::eccl::EcclBackend, c10d::Backend,
+                     c10::intrusive_ptr<ember::eccl::EcclBackend>>(
+        module, "EcclBackend")
+        .def_property_readonly("options", [](const pybind11::object&) {
+          return pybind11::none();
+        });
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace
+
+// The backend is cast to the class above, whose base torch registered with
 // pybind11: Python sees a c10d Backend whose calls land in EcclBackend.
 extern "C" PyObject* emberEcclCreateBackend(PyObject* store, int rank,
                                             int size, double timeout_seconds) {
   HANDLE_TH_ERRORS
+  registerPythonClass();
   auto c10d_store =
       pybind11::handle(store).cast<c10::intrusive_ptr<c10d::Store>>();
   const auto timeout = std::chrono::milliseconds(
