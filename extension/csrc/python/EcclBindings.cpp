@@ -16,10 +16,11 @@ namespace {
 
 // The Python class of eccl's backend: torch's Backend, plus `options`.
 // c10d's split_group (what DeviceMesh calls for each dimension of a group
-// made with device_id) deep-copies `backend.options`, which only the Python
-// classes of NCCL and XCCL define. None makes ProcessGroup::splitGroup use
-// the parent's own options, EcclBackend::getBackendOptions. Registered once,
-// in a module of its own: torch's modules are torch's.
+// made with device_id) deep-copies `backend.options`, which the Python
+// classes of torch's own backends define and a plain Backend lacks. None
+// makes ProcessGroup::splitGroup use the parent's own options,
+// EcclBackend::getBackendOptions. Registered once, in a module of its own:
+// torch's modules are torch's.
 void registerPythonClass() {
   static PyModuleDef definition = {PyModuleDef_HEAD_INIT, "ember_eccl",
                                    nullptr, -1, nullptr};
