@@ -161,6 +161,7 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         "send_recv[tags_match_by_tag_not_order-large]",
         lambda c: c.send_recv_tags(large(torch.float32)),
     )
+    add("send_recv[any_source-by_tag]", lambda c: c.recv_any_source())
     add("coalesced[batch_isend_irecv-ring]", lambda c: c.batch_isend_irecv(1000, recv_first=False))
     # More than a channel holds (4 chunks), every rank sending first: the batch's sends and receives must
     # progress together.
@@ -268,6 +269,7 @@ def training_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
             "errors[cpu_tensor_to_eccl_only_default_group]",
             lambda c: c.cpu_tensor_to_default_group(),
         ),
+        ("objects[gather_scatter_all_gather_broadcast_on_eccl_alone]", lambda c: c.object_collectives()),
         ("training[DDP_matches_full_batch_cpu]", lambda c: c.ddp()),
         ("training[FSDP2_matches_full_batch_cpu]", lambda c: c.fsdp2()),
     ]
@@ -533,6 +535,28 @@ class Ctx:
                 same(got_first, sample(n, torch.float32, 0, salt=1), "tag 1")
         torch.ember.synchronize()
 
+    def recv_any_source(self) -> None:
+        # Every other rank sends rank 0 a tag-5 message, then a tag-3 one; rank 0 receives the tag-3
+        # messages first, from whichever rank comes first, then the tag-5 ones; recv returns the sender.
+        for make in (lambda t: t, self.ember):
+            if self.rank == 0:
+                for tag in (3, 5):
+                    senders = []
+                    for _ in range(self.world - 1):
+                        into = make(torch.zeros(4, dtype=torch.int32))
+                        sender = dist.recv(into, tag=tag)
+                        same(into, torch.full((4,), 100 * sender + tag, dtype=torch.int32), f"from {sender}")
+                        senders.append(sender)
+                    assert sorted(senders) == list(range(1, self.world)), senders
+            else:
+                works = [
+                    dist.isend(make(torch.full((4,), 100 * self.rank + tag, dtype=torch.int32)), 0, tag=tag)
+                    for tag in (5, 3)
+                ]
+                for work in works:
+                    work.wait()
+        torch.ember.synchronize()
+
     def batch_isend_irecv(self, n: int, recv_first: bool) -> None:
         to, frm = (self.rank + 1) % self.world, (self.rank - 1) % self.world
         for make in (lambda t: t, self.ember):
@@ -795,6 +819,25 @@ class Ctx:
             "eccl: all_reduce",
             "failed earlier",
         )
+
+    def object_collectives(self) -> None:
+        # Pickled objects of different lengths travel as ember byte tensors (the group has only eccl):
+        # an all_gather of the sizes, then gather, scatter, all_gather and broadcast of the bytes.
+        mine = {"rank": self.rank, "pad": "x" * (7 * self.rank)}
+        everyone = [{"rank": r, "pad": "x" * (7 * r)} for r in range(self.world)]
+        gathered: list[object] = [None] * self.world
+        dist.all_gather_object(gathered, mine)
+        assert gathered == everyone, gathered
+        at_root = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(mine, at_root, dst=0)
+        assert self.rank != 0 or at_root == everyone, at_root
+        mine_back: list[object] = [None]
+        src = self.world - 1
+        dist.scatter_object_list(mine_back, everyone if self.rank == src else None, src=src)
+        assert mine_back == [everyone[self.rank]], mine_back
+        shared: list[object] = [mine, self.rank]
+        dist.broadcast_object_list(shared, src=src)
+        assert shared == [everyone[src], src], shared
 
     # Training against one process on the full batch.
 

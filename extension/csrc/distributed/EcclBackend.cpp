@@ -201,6 +201,19 @@ c10::intrusive_ptr<c10::ivalue::Future> EcclWork::getFuture() {
   return future_;
 }
 
+int EcclWork::sourceRank() const {
+  if (!source_) return c10d::Work::sourceRank(); // c10d's refusal
+  // Known once the kernel ran.
+  try {
+    done_.synchronize();
+  } catch (const c10::Error&) {
+    rethrowIfFailed();
+    throw;
+  }
+  rethrowIfFailed();
+  return source_->load();
+}
+
 uint64_t EcclWork::getSequencenumber() const {
   return seq_;
 }
@@ -356,7 +369,8 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
                                             outcome, call.outputs,
                                             call.host_waits);
   // The next sends of this coalescing start after this collective.
-  if (coalescing_ && stream == *comm_ && call.type != c10d::OpType::RECV) {
+  if (coalescing_ && stream == *comm_ && call.type != c10d::OpType::RECV &&
+      call.type != c10d::OpType::RECVANYSOURCE) {
     fence_ = std::make_unique<c10::Event>(kEmber);
     fence_->record(*comm_);
   }
@@ -391,7 +405,9 @@ c10::Stream EcclBackend::streamFor(c10d::OpType type, c10::Device device) {
     return *sends_;
   }
   // The batch's receives do not wait for its sends; anything else does.
-  if (!(coalescing_ && type == c10d::OpType::RECV)) joinSends();
+  const bool receives = type == c10d::OpType::RECV ||
+      type == c10d::OpType::RECVANYSOURCE;
+  if (!(coalescing_ && receives)) joinSends();
   return *comm_;
 }
 
@@ -807,9 +823,25 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::recv(
               }});
 }
 
-// recvAnysource (dist.recv without src) stays c10d's refusal: a receive
-// from any rank would have to watch every channel at once, and no part of
-// PyTorch that eccl serves (DDP, FSDP, DTensor, checkpointing) calls it.
+// dist.recv without src: the kernel watches every channel, and the work
+// learns the sender only when the kernel ran (sourceRank waits for it).
+c10::intrusive_ptr<c10d::Work> EcclBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: recv takes one tensor");
+  at::Tensor t = tensors[0];
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  auto work = run({c10d::OpType::RECVANYSOURCE, "recv from any rank", {t},
+                   {t}, c10d::kUnsetTimeout, std::nullopt,
+                   [data = static_cast<char*>(t.data_ptr()), tag, source,
+                    mailbox = mailbox_, bytes = t.nbytes(),
+                    dtype = t.scalar_type()](Session& s, ptrdiff_t off) {
+                     source->store(eccl::recvAny(s, *mailbox, tag,
+                                                 ember::atOffset(data, off),
+                                                 bytes, dtype));
+                   }});
+  c10::static_intrusive_pointer_cast<EcclWork>(work)->source_ = source;
+  return work;
+}
 
 } // namespace ember::eccl
 // ember-book: end eccl_backend

@@ -395,6 +395,30 @@ void send(Session& s, int to, int tag, const char* data, size_t bytes,
   }
 }
 
+namespace {
+// Reads the next message `from` sends: into `data` if it has `tag`, else
+// into the mailbox (so that the sender never waits for a receive that comes
+// after this one). Whether it was the one.
+bool readNext(Session& s, Mailbox& mailbox, int from, int tag, char* data,
+              size_t bytes, c10::ScalarType dtype) {
+  MessageHeader header{};
+  s.recv(from, &header, sizeof(header));
+  const bool mine = header.tag == tag;
+  if (mine) {
+    checkMessage(s, from, tag, header.bytes, header.dtype, bytes, dtype);
+  }
+  Mailbox::Message early{header.dtype, {}};
+  if (!mine) early.data.resize(header.bytes);
+  char* into = mine ? data : early.data.data();
+  for (size_t begin = 0; begin < header.bytes; begin += kChunkBytes) {
+    s.recv(from, into + begin,
+           std::min<size_t>(kChunkBytes, header.bytes - begin));
+  }
+  if (!mine) mailbox.put(from, header.tag, std::move(early));
+  return mine;
+}
+} // namespace
+
 void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
           size_t bytes, c10::ScalarType dtype) {
   if (auto early = mailbox.take(from, tag)) {
@@ -403,24 +427,30 @@ void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
     std::memcpy(data, early->data.data(), bytes);
     return;
   }
-  // Messages of other tags that come first are read into the mailbox, so
-  // that the sender never waits for a receive that comes after this one.
+  while (!readNext(s, mailbox, from, tag, data, bytes, dtype)) {
+  }
+}
+
+int recvAny(Session& s, Mailbox& mailbox, int tag, char* data, size_t bytes,
+            c10::ScalarType dtype) {
   for (;;) {
-    MessageHeader header{};
-    s.recv(from, &header, sizeof(header));
-    const bool mine = header.tag == tag;
-    if (mine) {
-      checkMessage(s, from, tag, header.bytes, header.dtype, bytes, dtype);
+    for (const int from : c10::irange(s.world())) {
+      if (from == s.rank()) continue;
+      if (auto early = mailbox.take(from, tag)) {
+        checkMessage(s, from, tag, early->data.size(), early->dtype, bytes,
+                     dtype);
+        std::memcpy(data, early->data.data(), bytes);
+        return from;
+      }
     }
-    Mailbox::Message early{header.dtype, {}};
-    if (!mine) early.data.resize(header.bytes);
-    char* into = mine ? data : early.data.data();
-    for (size_t begin = 0; begin < header.bytes; begin += kChunkBytes) {
-      s.recv(from, into + begin, std::min<size_t>(kChunkBytes,
-                                                  header.bytes - begin));
+    // No blocking wait on one peer: the first to send, of any rank, is it.
+    bool read = false;
+    for (const int from : c10::irange(s.world())) {
+      if (from == s.rank() || !s.hasChunk(from)) continue;
+      if (readNext(s, mailbox, from, tag, data, bytes, dtype)) return from;
+      read = true;
     }
-    if (mine) return;
-    mailbox.put(from, header.tag, std::move(early));
+    if (!read) s.pause("a message (from any rank)");
   }
 }
 

@@ -80,6 +80,9 @@ void send(Session& s, int to, int tag, const char* data, size_t bytes,
           c10::ScalarType dtype);
 void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
           size_t bytes, c10::ScalarType dtype);
+// The first message of `tag` from any rank; returns that rank.
+int recvAny(Session& s, Mailbox& mailbox, int tag, char* data, size_t bytes,
+            c10::ScalarType dtype);
 
 } // namespace ember::eccl
 // ember-book: end eccl_collectives_api
