@@ -107,6 +107,10 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                 f"reduce_scatter_tensor[{op}-{tag}]",
                 lambda c, d=dtype, o=op: c.reduce_scatter_tensor(d, o, SMALL),
             )
+            add(
+                f"reduce_scatter[list-{op}-{tag}]",
+                lambda c, d=dtype, o=op: c.reduce_scatter_list(d, SMALL, o),
+            )
     add(
         "all_reduce[SUM-float32-one_element]",
         lambda c: c.all_reduce(torch.float32, "SUM", 1),
@@ -174,8 +178,8 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         lambda c: c.batch_isend_irecv(large(torch.float64), recv_first=True),
     )
     add(
-        "reduce_scatter[list-SUM-float32-small]",
-        lambda c: c.reduce_scatter_list(torch.float32, SMALL),
+        "reduce_scatter[list-SUM-float32-large]",
+        lambda c: c.reduce_scatter_list(f32, large(f32) // c.world, "SUM"),
     )
     add("barrier[waits_for_the_late_rank]", lambda c: c.barrier())
     add(
@@ -409,12 +413,12 @@ class Ctx:
         dist.reduce_scatter_tensor(dev_out, self.ember(cpu_in), op=getattr(R, op))
         same(dev_out, cpu_out)
 
-    def reduce_scatter_list(self, dtype: torch.dtype, n: int) -> None:
+    def reduce_scatter_list(self, dtype: torch.dtype, n: int, op: str) -> None:
         cpu_in = [sample(n, dtype, self.rank, salt=r) for r in range(self.world)]
         cpu_out = torch.empty(n, dtype=dtype)
         dev_out = torch.empty(n, dtype=dtype, device=self.device)
-        dist.reduce_scatter(cpu_out, cpu_in)
-        dist.reduce_scatter(dev_out, [self.ember(t) for t in cpu_in])
+        dist.reduce_scatter(cpu_out, cpu_in, op=getattr(R, op))
+        dist.reduce_scatter(dev_out, [self.ember(t) for t in cpu_in], op=getattr(R, op))
         same(dev_out, cpu_out)
 
     def all_to_all_single(self, dtype: torch.dtype, n: int, uneven: bool) -> None:
