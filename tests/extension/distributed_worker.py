@@ -178,6 +178,14 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         lambda c: c.batch_isend_irecv(large(torch.float64), recv_first=True),
     )
     add(
+        "reduce_scatter[list-uneven-SUM-int64-small]",
+        lambda c: c.reduce_scatter_uneven(torch.int64, SMALL, "SUM"),
+    )
+    add(
+        "reduce_scatter[list-uneven-AVG-float32-large]",
+        lambda c: c.reduce_scatter_uneven(f32, large(f32) // c.world, "AVG"),
+    )
+    add(
         "reduce_scatter[list-SUM-float32-large]",
         lambda c: c.reduce_scatter_list(f32, large(f32) // c.world, "SUM"),
     )
@@ -420,6 +428,18 @@ class Ctx:
         dist.reduce_scatter(cpu_out, cpu_in, op=getattr(R, op))
         dist.reduce_scatter(dev_out, [self.ember(t) for t in cpu_in], op=getattr(R, op))
         same(dev_out, cpu_out)
+
+    def reduce_scatter_uneven(self, dtype: torch.dtype, n: int, op: str) -> None:
+        # NCCL's reduce_scatter takes outputs of different sizes; gloo's does not: the expectation is local.
+        sizes = self.uneven_sizes(n)
+        blocks = [self.ember(sample(k, dtype, self.rank, salt=q)) for q, k in enumerate(sizes)]
+        dev_out = torch.empty(sizes[self.rank], dtype=dtype, device=self.device)
+        dist.reduce_scatter(dev_out, blocks, op=getattr(R, op))
+        k = sizes[self.rank]
+        expected = sum(sample(k, dtype, r, salt=self.rank).double() for r in range(self.world))
+        if op == "AVG":
+            expected = expected / self.world
+        same(dev_out, expected.to(dtype))
 
     def all_to_all_single(self, dtype: torch.dtype, n: int, uneven: bool) -> None:
         cols = 3  # splits count rows

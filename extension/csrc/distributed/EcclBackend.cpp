@@ -6,7 +6,6 @@
 
 // ember-book: begin eccl_backend
 #include <ATen/core/jit_type.h>
-#include <ATen/ops/cat.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -686,17 +685,34 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "eccl: reduce_scatter takes one output and one input list");
-  TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(),
+  const std::vector<at::Tensor>& list = inputs[0];
+  TORCH_CHECK(static_cast<int>(list.size()) == getSize(),
               "eccl: reduce_scatter needs an input for each of the ",
-              getSize(), " ranks, got ", inputs[0].size());
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : inputs[0]) {
-    deviceFor({t}, "reduce_scatter");
-    flat.push_back(t.flatten());
+              getSize(), " ranks, got ", list.size());
+  at::Tensor output = outputs[0];
+  checkReduction("reduce_scatter", opts.reduceOp, output.scalar_type());
+  // Outputs may differ by rank (as NCCL allows): every rank's inputs[q]
+  // must be as long as rank q's output (Session::checkPairs).
+  Descriptor d =
+      describe("reduce_scatter", c10d::OpType::REDUCE_SCATTER, output, -1);
+  d.reduce = static_cast<int32_t>(opts.reduceOp.op_);
+  std::vector<at::Tensor> touched{output};
+  std::vector<const char*> sources;
+  for (const int q : c10::irange(getSize())) {
+    checkSameDtype("reduce_scatter", output, list[q]);
+    touched.push_back(list[q]);
+    sources.push_back(static_cast<const char*>(list[q].data_ptr()));
+    d.sends[q] = static_cast<int64_t>(list[q].nbytes());
+    d.recvs[q] = static_cast<int64_t>(output.nbytes());
   }
-  // One contiguous input, made on the caller's stream before the collective.
-  at::Tensor input = at::cat(flat);
-  return _reduce_scatter_base(outputs[0], input, opts);
+  return run({c10d::OpType::REDUCE_SCATTER, "reduce_scatter", touched,
+              {output}, opts.timeout, d,
+              [sources, out = static_cast<char*>(output.data_ptr()),
+               dtype = output.scalar_type(),
+               op = opts.reduceOp.op_](Session& s, ptrdiff_t off) {
+                reduceScatterBlocks(s, shifted(sources, off),
+                                    ember::atOffset(out, off), dtype, op);
+              }});
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(

@@ -329,6 +329,42 @@ void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
   if (op == RedOp::AVG) divideBy(output, numel, dtype, s.world());
 }
 
+void reduceScatterBlocks(Session& s, const std::vector<const char*>& inputs,
+                         char* output, c10::ScalarType dtype, RedOp op) {
+  // Every rank publishes its blocks one after another, as one stream of
+  // chunks (block q as long as rank q's output: the same stream layout on
+  // every rank); rank r reduces the stretch that is block r.
+  const int world = s.world();
+  const int rank = s.rank();
+  std::vector<size_t> lengths(world);
+  size_t total = 0, mine = 0;
+  for (const int q : c10::irange(world)) {
+    lengths[q] = sendsTo(s, rank, q);
+    if (q == rank) mine = total;
+    total += lengths[q];
+  }
+  const size_t item = itemSize(dtype);
+  for (size_t begin = 0; begin < total; begin += kChunkBytes) {
+    const size_t end = std::min(begin + kChunkBytes, total);
+    copyStretch(inputs, lengths, begin, end, s.nextSlot());
+    s.post();
+    const size_t lo = std::max(begin, mine);
+    const size_t hi = std::min(end, mine + lengths[rank]);
+    if (lo < hi) {
+      char* dst = output + (lo - mine);
+      std::memcpy(dst, s.peerSlot(0) + (lo - begin), hi - lo);
+      for (const int peer : c10::irange(1, world)) {
+        reduceInto(dst, s.peerSlot(peer) + (lo - begin),
+                   static_cast<int64_t>((hi - lo) / item), dtype, op);
+      }
+    }
+    s.finishRound();
+  }
+  if (op == RedOp::AVG) {
+    divideBy(output, static_cast<int64_t>(lengths[rank] / item), dtype, world);
+  }
+}
+
 void allToAll(Session& s, const std::vector<const char*>& inputs,
               const std::vector<char*>& outputs) {
   // Each rank publishes its inputs one after another, as one stream of

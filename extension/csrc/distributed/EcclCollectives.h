@@ -55,6 +55,11 @@ void scatter(Session& s, const std::vector<const char*>& inputs, char* output,
 // input (world blocks).
 void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
                    c10::ScalarType dtype, RedOp op);
+// reduce_scatter's list form: block q of every rank (its inputs[q], as many
+// elements as rank q's output, which may differ by rank) reduces into rank
+// q's `output`.
+void reduceScatterBlocks(Session& s, const std::vector<const char*>& inputs,
+                         char* output, c10::ScalarType dtype, RedOp op);
 // inputs[q] goes to rank q, into its outputs[rank].
 void allToAll(Session& s, const std::vector<const char*>& inputs,
               const std::vector<char*>& outputs);
