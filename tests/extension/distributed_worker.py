@@ -107,6 +107,10 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                 f"reduce_scatter_tensor[{op}-{tag}]",
                 lambda c, d=dtype, o=op: c.reduce_scatter_tensor(d, o, SMALL),
             )
+            add(
+                f"reduce_scatter[list-{op}-{tag}]",
+                lambda c, d=dtype, o=op: c.reduce_scatter_list(d, SMALL, o),
+            )
     add(
         "all_reduce[SUM-float32-one_element]",
         lambda c: c.all_reduce(torch.float32, "SUM", 1),
@@ -161,6 +165,7 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         "send_recv[tags_match_by_tag_not_order-large]",
         lambda c: c.send_recv_tags(large(torch.float32)),
     )
+    add("send_recv[any_source-by_tag]", lambda c: c.recv_any_source())
     add("coalesced[batch_isend_irecv-ring]", lambda c: c.batch_isend_irecv(1000, recv_first=False))
     # More than a channel holds (4 chunks), every rank sending first: the batch's sends and receives must
     # progress together.
@@ -173,8 +178,16 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         lambda c: c.batch_isend_irecv(large(torch.float64), recv_first=True),
     )
     add(
-        "reduce_scatter[list-SUM-float32-small]",
-        lambda c: c.reduce_scatter_list(torch.float32, SMALL),
+        "reduce_scatter[list-uneven-SUM-int64-small]",
+        lambda c: c.reduce_scatter_uneven(torch.int64, SMALL, "SUM"),
+    )
+    add(
+        "reduce_scatter[list-uneven-AVG-float32-large]",
+        lambda c: c.reduce_scatter_uneven(f32, large(f32) // c.world, "AVG"),
+    )
+    add(
+        "reduce_scatter[list-SUM-float32-large]",
+        lambda c: c.reduce_scatter_list(f32, large(f32) // c.world, "SUM"),
     )
     add("barrier[waits_for_the_late_rank]", lambda c: c.barrier())
     add(
@@ -268,6 +281,7 @@ def training_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
             "errors[cpu_tensor_to_eccl_only_default_group]",
             lambda c: c.cpu_tensor_to_default_group(),
         ),
+        ("objects[gather_scatter_all_gather_broadcast_on_eccl_alone]", lambda c: c.object_collectives()),
         ("training[DDP_matches_full_batch_cpu]", lambda c: c.ddp()),
         ("training[FSDP2_matches_full_batch_cpu]", lambda c: c.fsdp2()),
     ]
@@ -407,13 +421,25 @@ class Ctx:
         dist.reduce_scatter_tensor(dev_out, self.ember(cpu_in), op=getattr(R, op))
         same(dev_out, cpu_out)
 
-    def reduce_scatter_list(self, dtype: torch.dtype, n: int) -> None:
+    def reduce_scatter_list(self, dtype: torch.dtype, n: int, op: str) -> None:
         cpu_in = [sample(n, dtype, self.rank, salt=r) for r in range(self.world)]
         cpu_out = torch.empty(n, dtype=dtype)
         dev_out = torch.empty(n, dtype=dtype, device=self.device)
-        dist.reduce_scatter(cpu_out, cpu_in)
-        dist.reduce_scatter(dev_out, [self.ember(t) for t in cpu_in])
+        dist.reduce_scatter(cpu_out, cpu_in, op=getattr(R, op))
+        dist.reduce_scatter(dev_out, [self.ember(t) for t in cpu_in], op=getattr(R, op))
         same(dev_out, cpu_out)
+
+    def reduce_scatter_uneven(self, dtype: torch.dtype, n: int, op: str) -> None:
+        # NCCL's reduce_scatter takes outputs of different sizes; gloo's does not: the expectation is local.
+        sizes = self.uneven_sizes(n)
+        blocks = [self.ember(sample(k, dtype, self.rank, salt=q)) for q, k in enumerate(sizes)]
+        dev_out = torch.empty(sizes[self.rank], dtype=dtype, device=self.device)
+        dist.reduce_scatter(dev_out, blocks, op=getattr(R, op))
+        k = sizes[self.rank]
+        expected = sum(sample(k, dtype, r, salt=self.rank).double() for r in range(self.world))
+        if op == "AVG":
+            expected = expected / self.world
+        same(dev_out, expected.to(dtype))
 
     def all_to_all_single(self, dtype: torch.dtype, n: int, uneven: bool) -> None:
         cols = 3  # splits count rows
@@ -531,6 +557,28 @@ class Ctx:
                 dist.recv(got_first, 0, tag=1)
                 same(got_second, sample(7, torch.int64, 0, salt=2), "tag 2")
                 same(got_first, sample(n, torch.float32, 0, salt=1), "tag 1")
+        torch.ember.synchronize()
+
+    def recv_any_source(self) -> None:
+        # Every other rank sends rank 0 a tag-5 message, then a tag-3 one; rank 0 receives the tag-3
+        # messages first, from whichever rank comes first, then the tag-5 ones; recv returns the sender.
+        for make in (lambda t: t, self.ember):
+            if self.rank == 0:
+                for tag in (3, 5):
+                    senders = []
+                    for _ in range(self.world - 1):
+                        into = make(torch.zeros(4, dtype=torch.int32))
+                        sender = dist.recv(into, tag=tag)
+                        same(into, torch.full((4,), 100 * sender + tag, dtype=torch.int32), f"from {sender}")
+                        senders.append(sender)
+                    assert sorted(senders) == list(range(1, self.world)), senders
+            else:
+                works = [
+                    dist.isend(make(torch.full((4,), 100 * self.rank + tag, dtype=torch.int32)), 0, tag=tag)
+                    for tag in (5, 3)
+                ]
+                for work in works:
+                    work.wait()
         torch.ember.synchronize()
 
     def batch_isend_irecv(self, n: int, recv_first: bool) -> None:
@@ -795,6 +843,25 @@ class Ctx:
             "eccl: all_reduce",
             "failed earlier",
         )
+
+    def object_collectives(self) -> None:
+        # Pickled objects of different lengths travel as ember byte tensors (the group has only eccl):
+        # an all_gather of the sizes, then gather, scatter, all_gather and broadcast of the bytes.
+        mine = {"rank": self.rank, "pad": "x" * (7 * self.rank)}
+        everyone = [{"rank": r, "pad": "x" * (7 * r)} for r in range(self.world)]
+        gathered: list[object] = [None] * self.world
+        dist.all_gather_object(gathered, mine)
+        assert gathered == everyone, gathered
+        at_root = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(mine, at_root, dst=0)
+        assert self.rank != 0 or at_root == everyone, at_root
+        mine_back: list[object] = [None]
+        src = self.world - 1
+        dist.scatter_object_list(mine_back, everyone if self.rank == src else None, src=src)
+        assert mine_back == [everyone[self.rank]], mine_back
+        shared: list[object] = [mine, self.rank]
+        dist.broadcast_object_list(shared, src=src)
+        assert shared == [everyone[src], src], shared
 
     # Training against one process on the full batch.
 

@@ -6,7 +6,6 @@
 
 // ember-book: begin eccl_backend
 #include <ATen/core/jit_type.h>
-#include <ATen/ops/cat.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -201,6 +200,19 @@ c10::intrusive_ptr<c10::ivalue::Future> EcclWork::getFuture() {
   return future_;
 }
 
+int EcclWork::sourceRank() const {
+  if (!source_) return c10d::Work::sourceRank(); // c10d's refusal
+  // Known once the kernel ran.
+  try {
+    done_.synchronize();
+  } catch (const c10::Error&) {
+    rethrowIfFailed();
+    throw;
+  }
+  rethrowIfFailed();
+  return source_->load();
+}
+
 uint64_t EcclWork::getSequencenumber() const {
   return seq_;
 }
@@ -379,7 +391,8 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
                                             outcome, call.outputs,
                                             call.host_waits);
   // The next sends of this coalescing start after this collective.
-  if (coalescing_ && stream == *comm_ && call.type != c10d::OpType::RECV) {
+  if (coalescing_ && stream == *comm_ && call.type != c10d::OpType::RECV &&
+      call.type != c10d::OpType::RECVANYSOURCE) {
     fence_ = std::make_unique<c10::Event>(kEmber);
     fence_->record(*comm_);
   }
@@ -414,7 +427,9 @@ c10::Stream EcclBackend::streamFor(c10d::OpType type, c10::Device device) {
     return *sends_;
   }
   // The batch's receives do not wait for its sends; anything else does.
-  if (!(coalescing_ && type == c10d::OpType::RECV)) joinSends();
+  const bool receives = type == c10d::OpType::RECV ||
+      type == c10d::OpType::RECVANYSOURCE;
+  if (!(coalescing_ && receives)) joinSends();
   return *comm_;
 }
 
@@ -693,17 +708,34 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "eccl: reduce_scatter takes one output and one input list");
-  TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(),
+  const std::vector<at::Tensor>& list = inputs[0];
+  TORCH_CHECK(static_cast<int>(list.size()) == getSize(),
               "eccl: reduce_scatter needs an input for each of the ",
-              getSize(), " ranks, got ", inputs[0].size());
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : inputs[0]) {
-    deviceFor({t}, "reduce_scatter");
-    flat.push_back(t.flatten());
+              getSize(), " ranks, got ", list.size());
+  at::Tensor output = outputs[0];
+  checkReduction("reduce_scatter", opts.reduceOp, output.scalar_type());
+  // Outputs may differ by rank (as NCCL allows): every rank's inputs[q]
+  // must be as long as rank q's output (Session::checkPairs).
+  Descriptor d =
+      describe("reduce_scatter", c10d::OpType::REDUCE_SCATTER, output, -1);
+  d.reduce = static_cast<int32_t>(opts.reduceOp.op_);
+  std::vector<at::Tensor> touched{output};
+  std::vector<const char*> sources;
+  for (const int q : c10::irange(getSize())) {
+    checkSameDtype("reduce_scatter", output, list[q]);
+    touched.push_back(list[q]);
+    sources.push_back(static_cast<const char*>(list[q].data_ptr()));
+    d.sends[q] = static_cast<int64_t>(list[q].nbytes());
+    d.recvs[q] = static_cast<int64_t>(output.nbytes());
   }
-  // One contiguous input, made on the caller's stream before the collective.
-  at::Tensor input = at::cat(flat);
-  return _reduce_scatter_base(outputs[0], input, opts);
+  return run({c10d::OpType::REDUCE_SCATTER, "reduce_scatter", touched,
+              {output}, opts.timeout, d,
+              [sources, out = static_cast<char*>(output.data_ptr()),
+               dtype = output.scalar_type(),
+               op = opts.reduceOp.op_](Session& s, ptrdiff_t off) {
+                reduceScatterBlocks(s, shifted(sources, off),
+                                    ember::atOffset(out, off), dtype, op);
+              }});
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
@@ -830,9 +862,25 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::recv(
               }});
 }
 
-// recvAnysource (dist.recv without src) stays c10d's refusal: a receive
-// from any rank would have to watch every channel at once, and no part of
-// PyTorch that eccl serves (DDP, FSDP, DTensor, checkpointing) calls it.
+// dist.recv without src: the kernel watches every channel, and the work
+// learns the sender only when the kernel ran (sourceRank waits for it).
+c10::intrusive_ptr<c10d::Work> EcclBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "eccl: recv takes one tensor");
+  at::Tensor t = tensors[0];
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  auto work = run({c10d::OpType::RECVANYSOURCE, "recv from any rank", {t},
+                   {t}, c10d::kUnsetTimeout, std::nullopt,
+                   [data = static_cast<char*>(t.data_ptr()), tag, source,
+                    mailbox = mailbox_, bytes = t.nbytes(),
+                    dtype = t.scalar_type()](Session& s, ptrdiff_t off) {
+                     source->store(eccl::recvAny(s, *mailbox, tag,
+                                                 ember::atOffset(data, off),
+                                                 bytes, dtype));
+                   }});
+  c10::static_intrusive_pointer_cast<EcclWork>(work)->source_ = source;
+  return work;
+}
 
 } // namespace ember::eccl
 // ember-book: end eccl_backend

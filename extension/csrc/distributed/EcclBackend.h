@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -52,6 +53,10 @@ class EcclWork : public c10d::Work {
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
+  int sourceRank() const override;
+
+  // recvAnysource's sender, set by its kernel.
+  std::shared_ptr<std::atomic<int>> source_;
 
  private:
   void rethrowIfFailed() const;
@@ -143,6 +148,8 @@ class EcclBackend : public c10d::Backend {
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors, int tag) override;
 
  private:
   // One collective: checked on the host, run by a kernel on the

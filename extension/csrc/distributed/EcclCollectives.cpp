@@ -331,6 +331,42 @@ void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
   if (op == RedOp::AVG) divideBy(output, numel, dtype, s.world());
 }
 
+void reduceScatterBlocks(Session& s, const std::vector<const char*>& inputs,
+                         char* output, c10::ScalarType dtype, RedOp op) {
+  // Every rank publishes its blocks one after another, as one stream of
+  // chunks (block q as long as rank q's output: the same stream layout on
+  // every rank); rank r reduces the stretch that is block r.
+  const int world = s.world();
+  const int rank = s.rank();
+  std::vector<size_t> lengths(world);
+  size_t total = 0, mine = 0;
+  for (const int q : c10::irange(world)) {
+    lengths[q] = sendsTo(s, rank, q);
+    if (q == rank) mine = total;
+    total += lengths[q];
+  }
+  const size_t item = itemSize(dtype);
+  for (size_t begin = 0; begin < total; begin += kChunkBytes) {
+    const size_t end = std::min(begin + kChunkBytes, total);
+    copyStretch(inputs, lengths, begin, end, s.nextSlot());
+    s.post();
+    const size_t lo = std::max(begin, mine);
+    const size_t hi = std::min(end, mine + lengths[rank]);
+    if (lo < hi) {
+      char* dst = output + (lo - mine);
+      std::memcpy(dst, s.peerSlot(0) + (lo - begin), hi - lo);
+      for (const int peer : c10::irange(1, world)) {
+        reduceInto(dst, s.peerSlot(peer) + (lo - begin),
+                   static_cast<int64_t>((hi - lo) / item), dtype, op);
+      }
+    }
+    s.finishRound();
+  }
+  if (op == RedOp::AVG) {
+    divideBy(output, static_cast<int64_t>(lengths[rank] / item), dtype, world);
+  }
+}
+
 void allToAll(Session& s, const std::vector<const char*>& inputs,
               const std::vector<char*>& outputs) {
   // Each rank publishes its inputs one after another, as one stream of
@@ -397,6 +433,30 @@ void send(Session& s, int to, int tag, const char* data, size_t bytes,
   }
 }
 
+namespace {
+// Reads the next message `from` sends: into `data` if it has `tag`, else
+// into the mailbox (so that the sender never waits for a receive that comes
+// after this one). Whether it was the one.
+bool readNext(Session& s, Mailbox& mailbox, int from, int tag, char* data,
+              size_t bytes, c10::ScalarType dtype) {
+  MessageHeader header{};
+  s.recv(from, &header, sizeof(header));
+  const bool mine = header.tag == tag;
+  if (mine) {
+    checkMessage(s, from, tag, header.bytes, header.dtype, bytes, dtype);
+  }
+  Mailbox::Message early{header.dtype, {}};
+  if (!mine) early.data.resize(header.bytes);
+  char* into = mine ? data : early.data.data();
+  for (size_t begin = 0; begin < header.bytes; begin += kChunkBytes) {
+    s.recv(from, into + begin,
+           std::min<size_t>(kChunkBytes, header.bytes - begin));
+  }
+  if (!mine) mailbox.put(from, header.tag, std::move(early));
+  return mine;
+}
+} // namespace
+
 void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
           size_t bytes, c10::ScalarType dtype) {
   if (auto early = mailbox.take(from, tag)) {
@@ -405,24 +465,30 @@ void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
     std::memcpy(data, early->data.data(), bytes);
     return;
   }
-  // Messages of other tags that come first are read into the mailbox, so
-  // that the sender never waits for a receive that comes after this one.
+  while (!readNext(s, mailbox, from, tag, data, bytes, dtype)) {
+  }
+}
+
+int recvAny(Session& s, Mailbox& mailbox, int tag, char* data, size_t bytes,
+            c10::ScalarType dtype) {
   for (;;) {
-    MessageHeader header{};
-    s.recv(from, &header, sizeof(header));
-    const bool mine = header.tag == tag;
-    if (mine) {
-      checkMessage(s, from, tag, header.bytes, header.dtype, bytes, dtype);
+    for (const int from : c10::irange(s.world())) {
+      if (from == s.rank()) continue;
+      if (auto early = mailbox.take(from, tag)) {
+        checkMessage(s, from, tag, early->data.size(), early->dtype, bytes,
+                     dtype);
+        std::memcpy(data, early->data.data(), bytes);
+        return from;
+      }
     }
-    Mailbox::Message early{header.dtype, {}};
-    if (!mine) early.data.resize(header.bytes);
-    char* into = mine ? data : early.data.data();
-    for (size_t begin = 0; begin < header.bytes; begin += kChunkBytes) {
-      s.recv(from, into + begin, std::min<size_t>(kChunkBytes,
-                                                  header.bytes - begin));
+    // No blocking wait on one peer: the first to send, of any rank, is it.
+    bool read = false;
+    for (const int from : c10::irange(s.world())) {
+      if (from == s.rank() || !s.hasChunk(from)) continue;
+      if (readNext(s, mailbox, from, tag, data, bytes, dtype)) return from;
+      read = true;
     }
-    if (mine) return;
-    mailbox.put(from, header.tag, std::move(early));
+    if (!read) s.pause("a message (from any rank)");
   }
 }
 

@@ -55,6 +55,11 @@ void scatter(Session& s, const std::vector<const char*>& inputs, char* output,
 // input (world blocks).
 void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
                    c10::ScalarType dtype, RedOp op);
+// reduce_scatter's list form: block q of every rank (its inputs[q], as many
+// elements as rank q's output, which may differ by rank) reduces into rank
+// q's `output`.
+void reduceScatterBlocks(Session& s, const std::vector<const char*>& inputs,
+                         char* output, c10::ScalarType dtype, RedOp op);
 // inputs[q] goes to rank q, into its outputs[rank].
 void allToAll(Session& s, const std::vector<const char*>& inputs,
               const std::vector<char*>& outputs);
@@ -80,6 +85,9 @@ void send(Session& s, int to, int tag, const char* data, size_t bytes,
           c10::ScalarType dtype);
 void recv(Session& s, Mailbox& mailbox, int from, int tag, char* data,
           size_t bytes, c10::ScalarType dtype);
+// The first message of `tag` from any rank; returns that rank.
+int recvAny(Session& s, Mailbox& mailbox, int tag, char* data, size_t bytes,
+            c10::ScalarType dtype);
 
 } // namespace ember::eccl
 // ember-book: end eccl_collectives_api

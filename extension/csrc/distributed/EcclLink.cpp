@@ -116,32 +116,37 @@ void Session::waitAtLeast(Counter& counter, uint32_t target, int peer,
   for (;;) {
     const uint32_t seen = counter.value.load(std::memory_order_acquire);
     if (seen >= target) return;
-    if (header_->aborted.value.load(std::memory_order_acquire) != 0) {
-      header_->reason[sizeof(header_->reason) - 1] = '\0';
-      throwFailure(c10::str(what_, ": the group was aborted by ",
-                            header_->reason));
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= next_check) {
-      const int pid = header_->ranks[peer].pid.load(std::memory_order_relaxed);
-      if (!processAlive(pid)) {
-        const std::string reason = c10::str(
-            what_, ": rank ", peer, " (pid ", pid, ") exited while rank ",
-            rank_, " waited for ", waiting_for);
-        abort(reason);
-        throwFailure(reason);
-      }
-      if (now >= deadline_) {
-        const std::string reason = c10::str(
-            what_, ": timed out after ", timeout_.count(), " ms on rank ",
-            rank_, ", waiting for ", waiting_for, " from rank ", peer);
-        abort(reason);
-        throwFailure(reason);
-      }
-      next_check = now + std::chrono::milliseconds(20);
-    }
+    giveUpIfStuck(peer, waiting_for, next_check);
     futexWait(counter, seen, std::chrono::microseconds(1000));
   }
+}
+
+void Session::giveUpIfStuck(
+    int peer, const char* waiting_for,
+    std::chrono::steady_clock::time_point& next_check) {
+  if (header_->aborted.value.load(std::memory_order_acquire) != 0) {
+    header_->reason[sizeof(header_->reason) - 1] = '\0';
+    throwFailure(c10::str(what_, ": the group was aborted by ",
+                          header_->reason));
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_check) return;
+  const int pid = header_->ranks[peer].pid.load(std::memory_order_relaxed);
+  if (!processAlive(pid)) {
+    const std::string reason = c10::str(
+        what_, ": rank ", peer, " (pid ", pid, ") exited while rank ", rank_,
+        " waited for ", waiting_for);
+    abort(reason);
+    throwFailure(reason);
+  }
+  if (now >= deadline_) {
+    const std::string reason = c10::str(
+        what_, ": timed out after ", timeout_.count(), " ms on rank ", rank_,
+        ", waiting for ", waiting_for, " from rank ", peer);
+    abort(reason);
+    throwFailure(reason);
+  }
+  next_check = now + std::chrono::milliseconds(20);
 }
 
 void Session::agree(const Descriptor& mine) {
@@ -273,6 +278,22 @@ void Session::releaseChannel(int from) {
   ChannelControl& channel = header_->channels[from][rank_];
   channel.received.value.fetch_add(1, std::memory_order_release);
   wakeAll(channel.received);
+}
+
+bool Session::hasChunk(int from) {
+  ChannelControl& channel = header_->channels[from][rank_];
+  return channel.sent.value.load(std::memory_order_acquire) >
+      channel.received.value.load(std::memory_order_relaxed);
+}
+
+void Session::pause(const char* waiting_for) {
+  const auto next_check = next_pause_check_;
+  for (const int peer : c10::irange(world_)) {
+    if (peer == rank_) continue;
+    next_pause_check_ = next_check; // every peer checked at the same pause
+    giveUpIfStuck(peer, waiting_for, next_pause_check_);
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 void Session::recv(int from, void* data, size_t bytes) {

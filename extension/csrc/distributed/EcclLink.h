@@ -101,6 +101,11 @@ class Session {
   // recv's chunk, in place: read it, then release it.
   const char* peekChannel(int from);
   void releaseChannel(int from);
+  // Whether `from` has a chunk waiting for this rank (no wait).
+  bool hasChunk(int from);
+  // A wait on several peers at once, a short sleep at a time: each call
+  // checks for an abort, a peer gone and the deadline, as every wait does.
+  void pause(const char* waiting_for);
 
   // Gives up: every waiting rank sees the group aborted, with `reason`.
   void abort(const std::string& reason);
@@ -111,6 +116,10 @@ class Session {
   void checkPairs() const;
   void waitAtLeast(Counter& counter, uint32_t target, int peer,
                    const char* waiting_for);
+  // Raises if the group aborted; and, from `next_check` on (then pushed
+  // 20 ms on), if `peer`'s process is gone or the deadline passed.
+  void giveUpIfStuck(int peer, const char* waiting_for,
+                     std::chrono::steady_clock::time_point& next_check);
   char* rankSlot(int rank, uint32_t round);
   char* channelSlot(int from, int to, uint32_t index);
 
@@ -123,6 +132,7 @@ class Session {
   std::string what_;
   uint32_t round_ = 0; // this rank's rounds so far (the same on every rank)
   uint64_t seq_ = 0;   // the collective agreed on
+  std::chrono::steady_clock::time_point next_pause_check_{}; // pause's
 };
 
 // Raised by a Session: the message already names the collective.
