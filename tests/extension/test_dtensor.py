@@ -115,8 +115,17 @@ def test_check(jobs: dict[str, Job], scenario: str, check: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", list(JOBS))
-def test_job_ends_cleanly(jobs: dict[str, Job], scenario: str) -> None:
+def test_job_ends_cleanly_and_leaves_no_link_in_dev_shm(jobs: dict[str, Job], scenario: str) -> None:
+    # Every group's link, the subgroups' split from the default group included, is gone.
     job = jobs[scenario]
+    assert job.results is not None
     assert not job.timed_out, f"{scenario} hung: killed after {JOB_LIMIT_S} s"
     codes = [p.returncode for p in job.processes]
     assert codes == [0] * job.world, "\n".join(job.log(r) for r in range(job.world))
+    pids = [str(r.get("__pid__", {}).get("detail", "?")) for r in job.results]
+    left = [
+        p.name
+        for p in Path("/dev/shm").iterdir()
+        if p.name.startswith("ember-eccl-") and p.name.split("-")[2] in pids
+    ]
+    assert not left, f"left in /dev/shm: {left}"
