@@ -284,6 +284,7 @@ def training_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
         ("objects[gather_scatter_all_gather_broadcast_on_eccl_alone]", lambda c: c.object_collectives()),
         ("training[DDP_matches_full_batch_cpu]", lambda c: c.ddp()),
         ("training[FSDP2_matches_full_batch_cpu]", lambda c: c.fsdp2()),
+        ("dtensor[distribute_tensor_scatters_from_rank_0]", lambda c: c.distribute_tensor()),
     ]
 
 
@@ -925,6 +926,20 @@ class Ctx:
         fully_shard(model, mesh=mesh)
         self._train(model, reference)
         self._compare({k: v.full_tensor().cpu() for k, v in model.state_dict().items()}, reference)
+
+    def distribute_tensor(self) -> None:
+        # DTensor's distribute_tensor scatters rank 0's tensor (c10d's scatter: it stopped at "Backend eccl
+        # does not support scatter" before eccl had one); full_tensor all-gathers it back. Rank 0's values
+        # win: the other ranks pass a tensor of their own.
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        mesh = init_device_mesh("ember", (self.world,))
+        full = sample(6 * self.world * 3, torch.float32, 0).view(6 * self.world, 3)
+        mine = self.ember(sample(full.numel(), torch.float32, self.rank).view_as(full))
+        shard = distribute_tensor(mine, mesh, [Shard(0)])
+        same(shard.to_local(), full[6 * self.rank : 6 * (self.rank + 1)])
+        same(shard.full_tensor(), full)
 
     # Faults: the last rank dies, or stalls, inside a collective.
 

@@ -878,7 +878,7 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::recvAnysource(
                                                  ember::atOffset(data, off),
                                                  bytes, dtype));
                    }});
-  c10::static_intrusive_pointer_cast<EcclWork>(work)->source_ = source;
+  c10::static_intrusive_pointer_cast<EcclWork>(work)->setSource(source);
   return work;
 }
 

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::eccl {
@@ -54,9 +55,10 @@ class EcclWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
   int sourceRank() const override;
-
-  // recvAnysource's sender, set by its kernel.
-  std::shared_ptr<std::atomic<int>> source_;
+  // recvAnysource's work: where its kernel will write the sender.
+  void setSource(std::shared_ptr<std::atomic<int>> source) {
+    source_ = std::move(source);
+  }
 
  private:
   void rethrowIfFailed() const;
@@ -68,6 +70,7 @@ class EcclWork : public c10d::Work {
   const bool host_waits_;
   c10::Event done_{c10::DeviceType::PrivateUse1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<std::atomic<int>> source_; // recvAnysource's sender
 };
 
 class EcclBackend : public c10d::Backend {

@@ -32,8 +32,9 @@ struct Descriptor {
   int32_t reduce = -1;  // c10d::ReduceOp
   int32_t world = 0;
   // The pairwise collectives (numel -1: all_to_all, all_gather, gather,
-  // scatter): the bytes this rank sends each rank, and expects from each.
-  // Every rank checks the whole matrix, so a mismatch fails them all alike.
+  // scatter, reduce_scatter's list form): the bytes this rank sends each
+  // rank, and expects from each. Every rank checks the whole matrix, so a
+  // mismatch fails them all alike.
   int64_t sends[kMaxRanks] = {};
   int64_t recvs[kMaxRanks] = {};
 };
