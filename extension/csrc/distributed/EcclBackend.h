@@ -85,9 +85,9 @@ class EcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void shutdown() override;
 
-  // Subgroups (DeviceMesh's dimensions, new_group on a group made with
-  // device_id) are split from this group: each a backend of its own, with
-  // its own link.
+  // Subgroups c10d splits from this group (split_group: DeviceMesh's
+  // dimensions, when the group was made with device_id): each a backend of
+  // its own, with its own link.
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
   c10::intrusive_ptr<c10d::Backend> split(
