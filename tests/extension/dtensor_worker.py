@@ -93,7 +93,7 @@ class Ctx:
 
         def run(mesh: DeviceMesh) -> dict[str, torch.Tensor]:
             out: dict[str, torch.Tensor] = {}
-            for p in (Shard(0), Shard(1), Replicate()):
+            for p in (Shard(0), Shard(1), Replicate(), Partial()):
                 d = distribute_tensor(whole, mesh, [p])
                 out[f"{p} local"], out[f"{p} full"] = d.to_local().cpu(), full(d)
             s0 = distribute_tensor(whole, mesh, [Shard(0)])
@@ -118,7 +118,7 @@ class Ctx:
         assert eccl.keys() == gloo.keys()
         for key in eccl:
             same(eccl[key], gloo[key], key)
-        for p in ("S(0)", "S(1)", "R"):
+        for p in ("S(0)", "S(1)", "R", "P(sum)"):
             same(eccl[f"{p} full"], whole, p)
         same(eccl["P(sum)->R"], whole * sum(range(1, self.world + 1)), "P(sum)->R")
         same(eccl["P(max)->R"], whole * self.world, "P(max)->R")
