@@ -525,15 +525,19 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   return {output, mask};
 }
 
-// The gradient: grad * mask * scale, scale being 1 / (1 - p).
+// The gradient: grad * mask * scale, scale being 1 / (1 - p). It has the
+// gradient's layout (channels-last stays channels-last), as PyTorch's meta
+// kernel and CUDA's give it (chapter 18).
 at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask,
                                  double scale) {
   TORCH_CHECK(mask.scalar_type() == at::kBool && mask.sizes() == grad.sizes(),
               "ember: native_dropout_backward expects a Bool mask of the "
               "gradient's shape ", grad.sizes(), ", got ", mask.scalar_type(),
               " of shape ", mask.sizes());
-  const at::Tensor g = grad.contiguous(), m = mask.contiguous();
-  at::Tensor result = at::empty(grad.sizes(), grad.options());
+  const at::MemoryFormat layout = grad.suggest_memory_format();
+  const at::Tensor g = grad.contiguous(layout), m = mask.contiguous(layout);
+  at::Tensor result =
+      at::empty(grad.sizes(), grad.options().memory_format(layout));
   if (grad.numel() == 0) {
     return result;
   }
