@@ -28,11 +28,3 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout_backward", &ember::nativeDropoutBackward);
 }
 // ember-book: end random_registration.v1
-
-// ember-book: begin dropout.v1
-@@ -47,3 +47,1 @@ sha256:0a6f0d2687
-+// The gradient: grad * mask * scale, scale being 1 / (1 - p).
-@@ -56,4 +54,2 @@ sha256:ae51649895
-+  const at::Tensor g = grad.contiguous(), m = mask.contiguous();
-+  at::Tensor result = at::empty(grad.sizes(), grad.options());
-// ember-book: end dropout.v1

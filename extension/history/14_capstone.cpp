@@ -31,3 +31,9 @@
 @@ -77,18 +67,0 @@ sha256:c0c60575af
 @@ -149,3 +121,0 @@ sha256:26e6eacf4a
 // ember-book: end batch_norm.v1
+
+// ember-book: begin random_registration.v2
+@@ -31,22 +30,0 @@ sha256:4d83405a68
+@@ -68,1 +46,1 @@ sha256:e01069f3d5
++  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardAnyDtype);
+// ember-book: end random_registration.v2
