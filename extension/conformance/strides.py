@@ -41,7 +41,7 @@ CI_SAMPLES = 2
 FULL_SAMPLES = 6
 CHANNELS_LAST_SEARCH = 4
 # Worker processes: fewer than the OpInfo sweep's (each imports torch and op_db, a few seconds).
-CHUNKS = 4
+CHUNKS = 2
 # What the detail of a difference says when the CPU's kernel differs from its prediction too.
 CPU_TOO = "the CPU returns the same, and differs from FakeTensor too"
 CPU_AGREES = "the CPU agrees with FakeTensor"

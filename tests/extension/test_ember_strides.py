@@ -27,6 +27,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,10 +155,11 @@ class _Renamed:
 # -- The measured cases ------------------------------------------------------------------------------
 
 
-def fake(fn: Callable[..., Any], *args: Any) -> Any:
+def fake(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """fn's outputs on ember-device fake copies of args: FakeTensor's prediction."""
     with FakeTensorMode() as mode:
-        return fn(*tree_map_only(torch.Tensor, mode.from_tensor, args))
+        fake_args, fake_kwargs = tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+        return fn(*fake_args, **fake_kwargs)
 
 
 def layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -213,22 +215,26 @@ def test_attention_gradients_have_their_inputs_layouts() -> None:
 
 
 def test_sdpa_in_a_transformer_block_matches_fake_tensor_and_the_cpu() -> None:
+    """The attention kernel's output inside the book's TransformerBlock: the CPU's strides (its flash
+    kernel, aten::_scaled_dot_product_flash_attention_for_cpu) and FakeTensor's."""
     torch.manual_seed(0)
     block = models.TransformerBlock(dim=64, heads=4)
     x = torch.randn(2, 16, 64)
     seen: dict[str, tuple[int, ...]] = {}
 
-    def record(module: Any, args: Any, output: torch.Tensor) -> None:
-        seen[str(args[0].device.type)] = args[0].stride()
+    class Attention(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            if "scaled_dot_product" in str(func):
+                seen[args[0].device.type] = out[0].stride()
+                if args[0].device.type == "ember":
+                    seen["fake"] = fake(func, *args, **(kwargs or {}))[0].stride()
+            return out
 
-    # The attention output, reshaped for the projection: its strides come from the kernel's.
-    hook = block.proj.register_forward_hook(record)
-    try:
+    with Attention():
         expected = block(x)
         got = block.to(EMBER)(x.to(EMBER))
-    finally:
-        hook.remove()
-    assert seen["ember"] == seen["cpu"]
+    assert seen["ember"] == seen["cpu"] == seen["fake"] == (1024, 16, 64, 1)
     torch.testing.assert_close(got.cpu(), expected)
 
 
