@@ -114,13 +114,11 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // ember-book: end host_kernel
 
 // ember-book: begin layout_host_kernels
-// Two operators whose default kernel for a device outside PyTorch returns
-// another layout than PyTorch's meta kernel predicts (chapter 18): for a
-// channels-last input, replication_pad2d's structured default allocates a
-// contiguous result before calling its out= form, and pixel_unshuffle's
-// (math_pixel_unshuffle) clones into a contiguous one, while the meta
-// kernels, like the CPU's kernels, keep channels-last. The CPU's kernels
-// run on ember's memory, and their results keep their strides.
+// Two operators whose default kernel for a device outside PyTorch
+// (CompositeExplicitAutogradNonFunctional) returns a contiguous result for
+// a channels-last input, while PyTorch's meta kernels, like the CPU's
+// kernels, keep channels-last (chapter 18). The CPU's kernels run on
+// ember's memory here, and their results keep their strides.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("replication_pad2d",
          torch::CppFunction::makeFromBoxedFunction<&ember::hostKernel>());
