@@ -83,9 +83,11 @@ bench: setup extension
 	$(PY) -m torch_ember.bench
 
 # After a kernel change: sweep PyTorch's OpInfo database again (ember against the CPU) and rewrite the
-# summary chapter 14 reads and the strict expected-failures file the package's tests check.
+# summary chapter 14 reads and the strict expected-failures file the package's tests check; then the
+# stride sweep (ember's sizes and strides against FakeTensor's), its summary and expected differences.
 conformance: setup extension
 	$(PY) extension/conformance --json extension/conformance/opinfo_summary.json --write-expected extension/conformance/opinfo_expected_failures.toml
+	$(PY) extension/conformance --strides --json extension/conformance/strides_summary.json --write-expected extension/conformance/strides_expected.toml
 
 # JupyterLab for a reader: `make lab [PORT=8890] [IP=0.0.0.0] [LAB_ARGS="..."]`. It needs the installed
 # package (chapters 13 and 14 import torch_ember; the chapters' kernels still build their own backend,

@@ -64,6 +64,12 @@ class Result:
     # Passed only by the low-precision second chance (compare.as_accurate_as_cpu): the first difference
     # at assert_close's default tolerances. Empty if every sample is within them.
     loose: str = ""
+    # The stride sweep's units (strides.py): samples run, ATen calls compared with FakeTensor and
+    # calls it could not predict, and the differences found (key -> detail).
+    samples: int = 0
+    compared: int = 0
+    unpredicted: int = 0
+    differences: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -397,6 +403,10 @@ def read_records(path: Path) -> tuple[list[Result], str | None]:
                     record["detail"],
                     record["metadata_only"],
                     record.get("loose", ""),
+                    record.get("samples", 0),
+                    record.get("compared", 0),
+                    record.get("unpredicted", 0),
+                    record.get("differences", {}),
                 )
             )
             pending = None
@@ -407,6 +417,7 @@ def read_records(path: Path) -> tuple[list[Result], str | None]:
 class _Chunk:
     index: int
     out: Path
+    sweep: str = "opinfo"
     resume_after: str | None = None
     env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = None
@@ -416,7 +427,7 @@ class _Chunk:
 
     def start(self, chunks: int, samples: int) -> None:
         command = [sys.executable, str(ENTRY), "--worker", str(self.index), "--chunks", str(chunks)]
-        command += ["--samples", str(samples), "--out", str(self.out)]
+        command += ["--samples", str(samples), "--out", str(self.out), "--sweep", self.sweep]
         if self.resume_after is not None:
             command += ["--resume-after", self.resume_after]
         with self.out.with_suffix(".err").open("wb") as errors:
@@ -469,14 +480,16 @@ def run_sweep(
     parallel: int = PARALLEL,
     env: dict[str, str] | None = None,
     only_chunks: Sequence[int] | None = None,
+    sweep: str = "opinfo",
 ) -> Summary:
     """Run every chunk (or `only_chunks` of the `chunks`) in worker processes, `parallel` at a time
-    (`env`: extra environment for them)."""
+    (`env`: extra environment for them). `sweep` is "opinfo" (this module's worker) or "strides"
+    (strides.worker)."""
     started = time.perf_counter()
     summary = Summary(samples)
     selected = range(chunks) if only_chunks is None else only_chunks
     with tempfile.TemporaryDirectory(prefix="ember-opinfo-") as tmp:
-        waiting = [_Chunk(i, Path(tmp) / f"chunk{i}.jsonl", env=env) for i in selected]
+        waiting = [_Chunk(i, Path(tmp) / f"chunk{i}.jsonl", sweep, env=env) for i in selected]
         running: list[_Chunk] = []
         done: list[_Chunk] = []
         while waiting or running:

@@ -22,3 +22,29 @@
 @@ -14,2 +14,1 @@ sha256:8866df809b
 +TORCH_LIBRARY_IMPL(ember, Autocast, m) {
 // ember-book: end autocast_custom_abs.v1
+
+// ember-book: begin sdpa_overrideable.v1
+@@ -1,4 +0,0 @@ sha256:781eb1f0c0
+@@ -26,24 +21,0 @@ sha256:57ae08aa41
+@@ -82,4 +54,2 @@ sha256:34b824fe29
++  const Tensor output =
++      at::matmul(probabilities, value.to(at::kFloat)).to(query.scalar_type());
+@@ -87,6 +57,2 @@ sha256:a1c893d7a7
++  return {output,  logsumexp, Tensor(), Tensor(), query.size(-2),
++          key.size(-2), Tensor(), Tensor(), Tensor()};
+@@ -122,2 +88,2 @@ sha256:49bebdc698
++    grad_query = (at::matmul(d_scores, key.to(at::kFloat)) * factor)
++                     .to(query.scalar_type());
+@@ -126,3 +92,3 @@ sha256:37d11f1c1a
++    grad_key =
++        (at::matmul(d_scores.transpose(-2, -1), query.to(at::kFloat)) * factor)
++            .to(key.scalar_type());
+@@ -131,3 +97,2 @@ sha256:e8df17b284
++    grad_value = at::matmul(probabilities.transpose(-2, -1), d_out)
++                     .to(value.scalar_type());
+@@ -135,6 +100,4 @@ sha256:46257216e5
++  if (grad_input_mask[3] && attn_bias.defined()) {
++    // A bias broadcast over batch or heads gets the sum over those.
++    grad_bias = at::sum_to(d_scores, attn_bias.sizes())
++                    .to(attn_bias.scalar_type());
+// ember-book: end sdpa_overrideable.v1

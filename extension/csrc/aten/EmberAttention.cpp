@@ -84,6 +84,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: end sdpa_choice
 
 // ember-book: begin sdpa_overrideable
+#include <algorithm> // std::stable_sort
+#include <numeric>   // std::iota
+#include <vector>
+
 namespace ember {
 
 using at::Tensor;
@@ -105,6 +109,30 @@ Tensor attentionScores(const Tensor& query, const Tensor& key,
     scores = scores.masked_fill(above, kMasked);
   }
   return scores;
+}
+
+// A result laid out like `like`: torch.compile plans its buffers from the
+// meta kernels and Inductor asserts every kernel's output strides. They
+// give attention's output the query's dimension order (a query viewed as
+// (B, H, L, E) from (B, L, H, E) yields an output laid out (B, L, H, E)),
+// and each gradient its input's layout (empty_like).
+Tensor inLayoutOf(const Tensor& like, at::IntArrayRef sizes,
+                  const Tensor& values) {
+  if (sizes.equals(like.sizes())) {
+    return at::empty_like(like).copy_(values);
+  }
+  std::vector<int64_t> order(like.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return like.stride(a) > like.stride(b);
+  });
+  std::vector<int64_t> strides(like.dim());
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= sizes[*it];
+  }
+  return at::empty_strided(sizes, strides, like.options()).copy_(values);
 }
 
 double attentionScale(const Tensor& query, std::optional<double> scale) {
@@ -137,11 +165,17 @@ sdpaForward(const Tensor& query, const Tensor& key, const Tensor& value,
   const Tensor weights = (scores - row_max).exp();
   const Tensor total = weights.sum(-1, /*keepdim=*/true);
   const Tensor probabilities = weights / total.masked_fill(total == 0, 1.0);
-  const Tensor output =
-      at::matmul(probabilities, value.to(at::kFloat)).to(query.scalar_type());
+  const Tensor product = at::matmul(probabilities, value.to(at::kFloat));
+  std::vector<int64_t> out_sizes = query.sizes().vec();
+  out_sizes.back() = value.size(-1);
+  const Tensor output = inLayoutOf(query, out_sizes, product);
   const Tensor logsumexp = (row_max + total.log()).squeeze(-1);
-  return {output,  logsumexp, Tensor(), Tensor(), query.size(-2),
-          key.size(-2), Tensor(), Tensor(), Tensor()};
+  // No dropout, so no random state; but the meta kernel returns a 0-dim
+  // seed and offset, and Inductor's generated code asserts they are there.
+  const Tensor seed = at::zeros({}, query.options().dtype(at::kLong));
+  const Tensor offset = at::zeros({}, query.options().dtype(at::kLong));
+  return {output,       logsumexp, Tensor(), Tensor(), query.size(-2),
+          key.size(-2), seed,      offset,   Tensor()};
 }
 
 // The gradients from the saved log-sum-exp: P = exp(S - lse) is the
@@ -171,22 +205,25 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpaBackward(
       (at::matmul(d_out, value.to(at::kFloat).transpose(-2, -1)) - row_dot);
   Tensor grad_query, grad_key, grad_value, grad_bias;
   if (grad_input_mask[0]) {
-    grad_query = (at::matmul(d_scores, key.to(at::kFloat)) * factor)
-                     .to(query.scalar_type());
+    grad_query = inLayoutOf(query, query.sizes(),
+                            at::matmul(d_scores, key.to(at::kFloat)) * factor);
   }
   if (grad_input_mask[1]) {
-    grad_key =
-        (at::matmul(d_scores.transpose(-2, -1), query.to(at::kFloat)) * factor)
-            .to(key.scalar_type());
+    grad_key = inLayoutOf(
+        key, key.sizes(),
+        at::matmul(d_scores.transpose(-2, -1), query.to(at::kFloat)) * factor);
   }
   if (grad_input_mask[2]) {
-    grad_value = at::matmul(probabilities.transpose(-2, -1), d_out)
-                     .to(value.scalar_type());
+    grad_value =
+        inLayoutOf(value, value.sizes(),
+                   at::matmul(probabilities.transpose(-2, -1), d_out));
   }
-  if (grad_input_mask[3] && attn_bias.defined()) {
-    // A bias broadcast over batch or heads gets the sum over those.
-    grad_bias = at::sum_to(d_scores, attn_bias.sizes())
-                    .to(attn_bias.scalar_type());
+  if (attn_bias.defined()) {
+    // Also when not asked for: the meta kernel returns it whenever there
+    // is a bias. A bias broadcast over batch or heads gets the sum over
+    // those.
+    grad_bias = inLayoutOf(attn_bias, attn_bias.sizes(),
+                           at::sum_to(d_scores, attn_bias.sizes()));
   }
   return {grad_query, grad_key, grad_value, grad_bias};
 }

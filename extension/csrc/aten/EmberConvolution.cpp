@@ -321,15 +321,26 @@ namespace ember::conv {
 // device's memory, the way a GPU backend calls cuDNN: several times faster
 // than chapter 06's im2col kernels, and every case they refused (transposed,
 // 1-D and 3-D, integer and complex dtypes) works.
+//
+// Its results are contiguous whatever the layout of input and weight
+// (chapter 18): FakeTensor, which torch.compile plans with, asks ATen which
+// convolution backend a device gets and which layout that backend returns
+// (`_conv_determine_backend_memory_format`), and for a backend outside
+// PyTorch (ConvBackend::Overrideable) the answer is contiguous. The host
+// library returns channels-last for channels-last operands, so ember copies
+// then; a device cannot give FakeTensor another rule without replacing its
+// convolution rule for every device.
 at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
     c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
     bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
   return at::native::call_fallback_fn_symint<
-      &hostKernel, at::_ops::convolution>::call(input, weight, bias, stride,
-                                                padding, dilation, transposed,
-                                                output_padding, groups);
+             &hostKernel, at::_ops::convolution>::call(input, weight, bias,
+                                                       stride, padding,
+                                                       dilation, transposed,
+                                                       output_padding, groups)
+      .contiguous();
 }
 
 // ConvolutionBackward0 calls aten::convolution_backward, whose default
@@ -345,13 +356,16 @@ convolution_backward_overrideable(
   // weight holds them in dimension 1, per group).
   const std::array<c10::SymInt, 1> bias_sizes{
       transposed ? weight.sym_size(1) * groups : weight.sym_size(0)};
-  return at::native::call_fallback_fn_symint<
-      &hostKernel, at::_ops::convolution_backward>::call(grad_output, input,
-                                                         weight, bias_sizes,
-                                                         stride, padding,
-                                                         dilation, transposed,
-                                                         output_padding,
-                                                         groups, output_mask);
+  using Host = at::native::call_fallback_fn_symint<
+      &hostKernel, at::_ops::convolution_backward>;
+  auto [grad_input, grad_weight, grad_bias] =
+      Host::call(grad_output, input, weight, bias_sizes, stride, padding,
+                 dilation, transposed, output_padding, groups, output_mask);
+  // Contiguous too: FakeTensor gives both gradients the forward's layout.
+  const auto dense = [](const at::Tensor& t) {
+    return t.defined() ? t.contiguous() : t;
+  };
+  return {dense(grad_input), dense(grad_weight), grad_bias};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -112,3 +112,17 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace ember
 // ember-book: end host_kernel
+
+// ember-book: begin layout_host_kernels
+// Two operators whose default kernel for a device outside PyTorch
+// (CompositeExplicitAutogradNonFunctional) returns a contiguous result for
+// a channels-last input, while PyTorch's meta kernels, like the CPU's
+// kernels, keep channels-last (chapter 18). The CPU's kernels run on
+// ember's memory here, and their results keep their strides.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("replication_pad2d",
+         torch::CppFunction::makeFromBoxedFunction<&ember::hostKernel>());
+  m.impl("pixel_unshuffle",
+         torch::CppFunction::makeFromBoxedFunction<&ember::hostKernel>());
+}
+// ember-book: end layout_host_kernels

@@ -43,7 +43,10 @@ void checkBatchNorm(const char* op, const Tensor& input) {
 
 // Training: normalizes with the batch's statistics, returns them (for the
 // backward) and updates the running ones in place. Evaluation: uses the
-// running statistics; the saved ones are empty, as on the CPU.
+// running statistics, and returns them as the saved ones (the mean and
+// 1 / sqrt(var + eps), one per channel). The CPU returns empty ones there,
+// but PyTorch's meta kernel, which torch.compile plans with, gives every
+// other device CUDA's (C,) (chapter 18).
 // ATen's CPU out= kernels read an input whose strides are neither
 // contiguous nor channels-last wrongly (a `[..., ::2]` view gives other
 // numbers than the functional CPU call), so the kernels hand them a dense
@@ -80,7 +83,31 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
                                       training, momentum, eps, h_out, h_mean,
                                       h_invstd);
          });
+  if (!training && orUndefined(running_mean).defined() &&
+      orUndefined(running_var).defined()) {
+    save_mean = running_mean->to(stats, /*non_blocking=*/false,
+                                 /*copy=*/true);
+    save_invstd = running_var->to(stats).add(eps).rsqrt();
+  }
   return {out, save_mean, save_invstd};
+}
+
+// The functional batch norm torch.export and torch.compile trace to: the
+// same kernel (with or without running statistics), so that evaluation
+// also returns (C,) statistics there.
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm_legit(
+    const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, Tensor& running_mean, Tensor& running_var,
+    bool training, double momentum, double eps) {
+  return ember::native_batch_norm(input, weight, bias, running_mean,
+                                  running_var, training, momentum, eps);
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm_legit_no_stats(
+    const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, bool training, double momentum, double eps) {
+  return ember::native_batch_norm(input, weight, bias, std::nullopt,
+                                  std::nullopt, training, momentum, eps);
 }
 
 std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
@@ -135,6 +162,9 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
   m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
+  m.impl("_native_batch_norm_legit", TORCH_FN(native_batch_norm_legit));
+  m.impl("_native_batch_norm_legit.no_stats",
+         TORCH_FN(native_batch_norm_legit_no_stats));
   m.impl("native_layer_norm",
          torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
   m.impl("native_group_norm",

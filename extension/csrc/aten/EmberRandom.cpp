@@ -884,6 +884,28 @@ at::Tensor nativeDropoutBackwardAnyDtype(const at::Tensor&, const at::Tensor&,
                                          double);
 at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
                         at::Tensor& out); // chapter 10's, unchanged
+
+// Dropout's gradient in the gradient's layout, as PyTorch's meta kernel
+// and CUDA's give it (chapter 18): a channels-last gradient, permuted to
+// (N, H, W, C), is contiguous, so the kernel runs on that view and its
+// result, permuted back, is channels-last. No copy of the gradient.
+at::Tensor nativeDropoutBackwardInLayout(const at::Tensor& grad,
+                                         const at::Tensor& mask,
+                                         double scale) {
+  const at::MemoryFormat layout = grad.suggest_memory_format();
+  if (layout == at::MemoryFormat::Contiguous) {
+    return nativeDropoutBackwardAnyDtype(grad, mask, scale);
+  }
+  const bool is_3d = layout == at::MemoryFormat::ChannelsLast3d;
+  const std::vector<int64_t> to_last =
+      is_3d ? std::vector<int64_t>{0, 2, 3, 4, 1}
+            : std::vector<int64_t>{0, 2, 3, 1};
+  const std::vector<int64_t> back = is_3d ? std::vector<int64_t>{0, 4, 1, 2, 3}
+                                          : std::vector<int64_t>{0, 3, 1, 2};
+  return nativeDropoutBackwardAnyDtype(grad.permute(to_last),
+                                       mask.permute(to_last), scale)
+      .permute(back);
+}
 } // namespace ember
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -899,6 +921,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("multinomial", &ember::multinomialAnyDtype);
   m.impl("multinomial.out", &ember::multinomialOutAnyDtype);
   m.impl("native_dropout", &ember::nativeDropoutAnyDtype);
-  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardAnyDtype);
+  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardInLayout);
 }
 // ember-book: end random_registration
