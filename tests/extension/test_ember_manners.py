@@ -2,12 +2,13 @@
 
 The package loads itself on `import torch` (autoload), so whatever it changes globally, every user of
 the environment gets, CUDA's and the CPU's included. These tests compare a process without torch_ember
-with one that has it (autoloaded, its compiler registered, an ember graph compiled, one with a side
-stream among them): Inductor's and Dynamo's configuration, the CPU's generated code, and the identity of
-every function and object in PyTorch's modules.
+with one that has it (imported as autoload imports it, its compiler registered, graphs compiled on
+ember, one with a side stream): Inductor's and Dynamo's configuration, the CPU's generated code, the
+identity of every attribute of PyTorch's modules, and the kernels at the dispatch keys a CPU or CUDA call
+passes through.
 
-What ember registers for itself is expected, and listed: the device name, the device module
-`torch.ember`, Inductor's and Dynamo's entries for the device type "ember".
+What ember registers for itself is expected: the device name, the device module `torch.ember`, Inductor's
+and Dynamo's entries for the device type "ember", and the two kernels in EXPECTED_REGISTERED.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-# Runs in a fresh process; prints one JSON line. WITH_EMBER: import torch_ember (else autoload is off,
-# and the process never sees the package).
+# Runs in a fresh process with autoload off; prints one JSON line. WITH_EMBER: import torch_ember after
+# the first snapshot (what autoload would do inside `import torch`), else the process never sees it.
 PROBE = textwrap.dedent(
     """
     import json, os, re, sys
@@ -51,9 +52,24 @@ PROBE = textwrap.dedent(
         _, (code,) = run_and_get_code(torch.compile(f), x, w)
         return re.sub(r"AOT ID: \\['\\d+_", "AOT ID: ['N_", code)  # graphs compiled before count
 
-    before = snapshot()
+    def dispatcher():
+        # Which operators of other namespaces than ember's have a kernel at each key a CPU or CUDA
+        # call can pass through.
+        keys = ["CPU", "CUDA", "Meta", "BackendSelect", "Python", "Functionalize", "ADInplaceOrView",
+                "Autograd", "AutogradCPU", "AutogradCUDA", "AutocastCPU", "AutocastCUDA",
+                "CompositeImplicitAutograd", "CompositeExplicitAutograd", "Conjugate", "Negative",
+                "FuncTorchBatched", "FuncTorchDynamicLayerFrontMode", "ZeroTensor"]
+        return {f"{key}:{op}" for key in keys
+                for op in torch._C._dispatch_get_registrations_for_dispatch_key(key)
+                if not op.startswith("ember::")}
+
+    before, dispatch_before = snapshot(), dispatcher()
+    registered = set()
     if os.environ["WITH_EMBER"] == "1":
-        import torch_ember  # autoloaded already: this names it
+        import torch_ember  # what autoload does on `import torch`: here after the snapshot
+
+        # What the import registered (compiling below makes PyTorch import more of itself).
+        registered = dispatcher() - dispatch_before
         torch._dynamo.reset()
         x = torch.randn(8, 64, device="ember")
         torch.compile(lambda t: (t.view(-1, 32) / t.view(-1, 32).sum(-1, keepdim=True)).relu())(x)
@@ -80,6 +96,7 @@ PROBE = textwrap.dedent(
         "dynamo_config": config_of(torch._dynamo.config),
         "cpu_code": code,
         "replaced": replaced,
+        "registered": sorted(registered),
         "need_guard": torch._inductor.scheduler.device_need_guard.__module__,
     }))
     """
@@ -89,12 +106,18 @@ PROBE = textwrap.dedent(
 # torch.utils keep a copy), and module-level caches PyTorch fills on first use of any device.
 EXPECTED_REPLACED = {"torch.utils.backend_registration._privateuse1_backend_name"}
 
+# Kernels ember registers for other namespaces' operators at keys shared by every backend: copies to
+# and from ember let a conjugate or negative view through to `_copy_from` (csrc/aten/EmberCopy.cpp),
+# which ATen calls only when one side is a device its copy_ does not handle (ember, XLA, ...); a CPU
+# or CUDA copy never reaches it.
+EXPECTED_REGISTERED = {"Conjugate:aten::_copy_from", "Negative:aten::_copy_from"}
+
 
 def probe(ember: str, tmp_cache: str) -> dict[str, object]:
-    """ember: "0" (autoload off, no torch_ember), "1" (autoloaded, compiled on), "global" (torch_ember
-    plus the process-wide changes its Inductor registration made before issue 26)."""
+    """ember: "0" (no torch_ember), "1" (torch_ember imported, graphs compiled on ember), "global"
+    (torch_ember plus the process-wide changes its Inductor registration made before issue 26)."""
     env = dict(os.environ)
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0" if ember == "0" else "1"
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # the probe imports torch_ember itself, after its snapshot
     env["WITH_EMBER"] = ember
     env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     env["TORCHINDUCTOR_CACHE_DIR"] = tmp_cache
@@ -111,6 +134,7 @@ def test_importing_torch_ember_changes_nothing_inductor_or_the_cpu_sees(tmp_path
     assert with_ember["cpu_code"] == without["cpu_code"]
     assert with_ember["need_guard"] == without["need_guard"] == "torch._inductor.utils"
     assert set(with_ember["replaced"]) - set(without["replaced"]) <= EXPECTED_REPLACED
+    assert set(with_ember["registered"]) == EXPECTED_REGISTERED and without["registered"] == []
     # The probe sees a process-wide change: the two ember made before are caught.
     changed = probe("global", str(tmp_path / "global"))
     assert changed["inductor_config"] != without["inductor_config"]
