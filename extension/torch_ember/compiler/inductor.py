@@ -115,6 +115,15 @@ class EmberPythonWrapper(PythonWrapperCodegen):
         on_cpu = where is not None and where.type == "cpu"
         return f"{arg}.to('{device}')" if on_cpu else arg
 
+    def push_codegened_graph(self, graph: Any) -> None:
+        super().push_codegened_graph(graph)
+        # A graph whose ember nodes are all extern kernels (a matrix product on a side
+        # stream) creates EmberScheduling only once its code is generated, too late to
+        # see its streams: they are known here, just before.
+        scheduler = getattr(graph, "scheduler", None)
+        if scheduler is not None and hasattr(scheduler, "node_to_stream"):
+            _guard_streams_on_ember(scheduler)
+
     def make_allocation(
         self,
         name: str,
@@ -267,20 +276,35 @@ def _scope_to_this_graph(scheduler: Any) -> None:
 
     scheduler._try_reindex_pointwise_for_reduction = reindex_unless_on_ember
 
-    # The wrapper names a graph's streams (`with stream1:`) inside a device guard,
-    # which the Scheduler writes where `device_need_guard(type)` says so: for GPU
-    # types only. Ember needs one in graphs that use streams (the C++ wrapper's guard
-    # is a C shim ember does not have). The rule is a function of Inductor's scheduler
-    # module, called by name: it is swapped only while this graph's code is generated.
+    # Streams are assigned after the nodes are created: decide once they are.
+    if hasattr(scheduler, "node_to_stream"):
+        _guard_streams_on_ember(scheduler)
+    else:
+        assign_streams = scheduler._populate_stream_assignments
+
+        def assign_then_guard() -> None:
+            assign_streams()
+            _guard_streams_on_ember(scheduler)
+
+        scheduler._populate_stream_assignments = assign_then_guard
+
+
+def _guard_streams_on_ember(scheduler: Any) -> None:
+    """The wrapper names a graph's streams (`with stream1:`) inside a device guard, which
+    the Scheduler writes where `device_need_guard(type)` says so: for GPU types only.
+    Ember needs one in graphs that use streams (the C++ wrapper's guard is a C shim ember
+    does not have). The rule is a function of Inductor's scheduler module, called by name:
+    it is swapped only while such a graph's code is generated."""
+    if getattr(scheduler, "_ember_guarded", False) or not scheduler._has_multi_stream_nodes():
+        return
+    scheduler._ember_guarded = True
     codegen = scheduler.codegen
 
     def codegen_with_ember_guards() -> None:
-        outer_rule = inductor_scheduler.device_need_guard  # a subgraph's: its parent's
+        outer_rule = inductor_scheduler.device_need_guard  # in a subgraph, its parent's
 
         def need_guard(device: str) -> bool:
-            if device != "ember":
-                return outer_rule(device)
-            return not V.graph.cpp_wrapper and scheduler._has_multi_stream_nodes()
+            return not V.graph.cpp_wrapper if device == "ember" else outer_rule(device)
 
         inductor_scheduler.device_need_guard = need_guard
         try:
