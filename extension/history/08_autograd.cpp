@@ -26,3 +26,37 @@ TORCH_LIBRARY_IMPL(ember, Autograd, m) {
 // ember-book: begin autograd_custom_abs.v2
 @@ -9,4 +8,0 @@ sha256:056e7f7610
 // ember-book: end autograd_custom_abs.v2
+
+// ember-book: begin autograd_tanh.v1
+@@ -3,14 +3,26 @@ sha256:27dc6f1715
++// tanh's backward on ember: grad * (1 - y^2) from the result y. ATen's formula
++// calls tanh_backward, one more operator for the backend to implement; ember
++// computes it from elementwise operators it already has (mul, neg, add).
++struct EmberTanhFunction
++    : public torch::autograd::Function<EmberTanhFunction> {
++  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
++                            const at::Tensor& self) {
++    at::Tensor result;
++    {
++      at::AutoDispatchBelowADInplaceOrView guard;
++      result = at::tanh(self);
++    }
++    ctx->save_for_backward({result});
++    return result;
++  }
++
++  static torch::autograd::variable_list backward(
++      torch::autograd::AutogradContext* ctx,
++      torch::autograd::variable_list grad_outputs) {
++    const at::Tensor result = ctx->get_saved_variables()[0];
++    return {grad_outputs[0].mul(result.mul(result).neg_().add_(1))};
++  }
++};
++
++at::Tensor tanhAutograd(const at::Tensor& self) {
++  return EmberTanhFunction::apply(self);
+@@ -21,3 +33,3 @@ sha256:50019e9946
++// Ember only: CPU keeps ATen's formula.
++TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
++  m.impl("tanh", &ember::tanhAutograd);
+// ember-book: end autograd_tanh.v1

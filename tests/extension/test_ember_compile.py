@@ -239,6 +239,27 @@ def test_inductor_names_the_side_stream_in_the_wrapper() -> None:
     assert "cpp_fused" in side_block  # the first kernel's call is inside the side stream's block
 
 
+def product_on_a_side_stream(a: torch.Tensor, side: torch.Stream) -> torch.Tensor:
+    main = torch.ember.current_stream()
+    side.wait_stream(main)
+    with torch.ember.stream(side):
+        y = a @ a
+    main.wait_stream(side)
+    return y
+
+
+def test_a_graph_of_extern_kernels_alone_gets_its_side_streams_guard() -> None:
+    """No node of this graph is a generated kernel: ember's scheduling is created only while its code
+    is generated, and the stream guard is arranged before that (EmberPythonWrapper)."""
+    side = torch.ember.Stream()
+    a = sample(16, 16)
+    compiled = torch.compile(product_on_a_side_stream, fullgraph=True)
+    result, (wrapper, *_) = torch._inductor.utils.run_and_get_code(compiled, a.to(EMBER), side)
+    torch.testing.assert_close(result.cpu(), a @ a)
+    assert "with torch.ember.device(0):" in wrapper and "with stream1:" in wrapper
+    assert torch._inductor.scheduler.device_need_guard is torch._inductor.utils.device_need_guard
+
+
 def with_an_event(x: torch.Tensor) -> torch.Tensor:
     event = torch.Event(device="ember")
     y = (x * 2).relu()

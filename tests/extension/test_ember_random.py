@@ -3,6 +3,10 @@ distributions' statistics, dropout, and the errors for bad input."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,6 +71,86 @@ def test_devices_are_independent() -> None:
     torch.manual_seed(1)
     torch.rand(1000, device=E)
     assert same(torch.rand(8, device=E1), reference)
+
+
+# ---- state the ecosystem saves and restores (issue 26) ---------------------------------------------
+
+
+def _dropout_block_grads(device: str, checkpointed: bool, use_reentrant: bool) -> list[torch.Tensor]:
+    """Gradients of a Linear -> Dropout -> tanh block, plain or under activation checkpointing, and
+    the draw that follows the backward (checkpointing must leave the generators where a plain run
+    leaves them)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(16, 16, device=device)
+    dropout = torch.nn.Dropout(0.5)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return dropout(linear(x)).tanh()
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    if checkpointed:
+        y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=use_reentrant)
+    else:
+        y = block(x)
+    y.square().sum().backward()
+    after = torch.rand(4, device=device)
+    return [x.grad.cpu(), linear.weight.grad.cpu(), linear.bias.grad.cpu(), after.cpu()]
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpointed_dropout_block_has_the_plain_gradients_as_on_the_cpu(use_reentrant: bool) -> None:
+    """torch.utils.checkpoint saves the device's generator states before the forward and restores
+    them before recomputing it, if the device module says `_initialized`: then the recomputed
+    dropout draws the forward's mask."""
+    for device in ("cpu", E):
+        plain = _dropout_block_grads(device, checkpointed=False, use_reentrant=use_reentrant)
+        checkpointed = _dropout_block_grads(device, checkpointed=True, use_reentrant=use_reentrant)
+        assert all(torch.equal(a, b) for a, b in zip(plain, checkpointed, strict=True)), device
+    assert torch.ember._initialized is True  # what checkpoint asks torch.cuda
+
+
+def test_fork_rng_over_every_device_restores_each_and_warns_as_for_cuda() -> None:
+    torch.manual_seed(8)
+    expected = [torch.rand(3, device=d) for d in (E, E1)]
+    torch.manual_seed(8)
+    with pytest.warns(UserWarning, match="EMBER reports that you have 2 available devices"):
+        with torch.random.fork_rng(device_type="ember"):
+            torch.rand(50, device=E), torch.rand(50, device=E1)
+    assert all(same(torch.rand(3, device=d), x) for d, x in zip((E, E1), expected, strict=True))
+
+
+def test_state_saved_in_one_process_gives_the_same_numbers_in_another(tmp_path: Path) -> None:
+    """A generator's state outlives its process: a default generator's and a torch.Generator's, as
+    the CPU's do (the state is the seed and the offset; the numbers are a function of both)."""
+    torch.manual_seed(13)
+    torch.rand(7, device=E)  # an offset that is not zero
+    own = torch.Generator(device=E).manual_seed(14)
+    torch.randn(3, device=E, generator=own)
+    cpu = torch.Generator().manual_seed(15)
+    torch.randn(3, generator=cpu)
+    states = {"default": torch.ember.get_rng_state(), "own": own.get_state(), "cpu": cpu.get_state()}
+    path = tmp_path / "states.pt"
+    torch.save(states, path)
+    here = {
+        "default": torch.rand(5, device=E).cpu(),
+        "own": torch.randn(5, device=E, generator=own).cpu(),
+        "cpu": torch.randn(5, generator=cpu),
+    }
+    script = f"""
+import torch, torch_ember
+states = torch.load({str(path)!r})
+torch.ember.set_rng_state(states["default"])
+own = torch.Generator(device="ember:0")
+own.set_state(states["own"])
+cpu = torch.Generator()
+cpu.set_state(states["cpu"])
+torch.save({{"default": torch.rand(5, device="ember:0").cpu(),
+            "own": torch.randn(5, device="ember:0", generator=own).cpu(),
+            "cpu": torch.randn(5, generator=cpu)}}, {str(tmp_path / "there.pt")!r})
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    there = torch.load(tmp_path / "there.pt")
+    assert all(torch.equal(here[name], there[name]) for name in ("default", "own", "cpu"))
 
 
 # ---- bad input: clear errors ----------------------------------------------------------------------

@@ -5,8 +5,9 @@
 // formula has a kernel at the Autograd alias key, which fills
 // AutogradPrivateUse1, and that kernel records the graph and redispatches to
 // ember's kernels. This file covers ember's own operators (the `ember`
-// namespace, chapter 07) and one aten operator whose backward ember computes
-// its own way.
+// namespace, chapter 07) and, for one aten operator, the backward operator
+// its derivative formula calls (chapter 08 replaced tanh's whole autograd
+// kernel instead; chapter 18 shows why that breaks torch.func).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/abs.h>
@@ -98,38 +99,26 @@ TORCH_LIBRARY_IMPL(ember, AutogradCPU, m) {
 // ember-book: begin autograd_tanh
 namespace ember {
 
-// tanh's backward on ember: grad * (1 - y^2) from the result y. ATen's formula
-// calls tanh_backward, one more operator for the backend to implement; ember
-// computes it from elementwise operators it already has (mul, neg, add).
-struct EmberTanhFunction
-    : public torch::autograd::Function<EmberTanhFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
-                            const at::Tensor& self) {
-    at::Tensor result;
-    {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      result = at::tanh(self);
-    }
-    ctx->save_for_backward({result});
-    return result;
-  }
-
-  static torch::autograd::variable_list backward(
-      torch::autograd::AutogradContext* ctx,
-      torch::autograd::variable_list grad_outputs) {
-    const at::Tensor result = ctx->get_saved_variables()[0];
-    return {grad_outputs[0].mul(result.mul(result).neg_().add_(1))};
-  }
-};
-
-at::Tensor tanhAutograd(const at::Tensor& self) {
-  return EmberTanhFunction::apply(self);
+// tanh's backward operator on ember: grad * (1 - y^2) from the result y,
+// computed with elementwise operators ember has (mul, neg, add) instead of
+// the CPU fallback. ATen's autograd kernel for tanh stays, and its formula
+// (derivatives.yaml) calls tanh_backward, which reaches this kernel. That
+// formula is what torch.func builds on: forward-mode AD uses its tangent
+// formula, vmap the batching rule of tanh_backward, a second derivative the
+// formula of tanh_backward itself. A C++ autograd::Function at
+// AutogradPrivateUse1 hid all three behind one opaque node, which functorch
+// refuses ("cannot use C++ torch::autograd::Function with functorch
+// transforms").
+at::Tensor tanhBackward(const at::Tensor& grad_output,
+                        const at::Tensor& output) {
+  // Conjugated, as ATen's kernel does for complex tensors (real: a no-op).
+  return grad_output.mul(output.mul(output).neg_().add_(1).conj());
 }
 
 } // namespace ember
 
-// Ember only: CPU keeps ATen's formula.
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("tanh", &ember::tanhAutograd);
+// A backend kernel, below autograd: every transform sees ATen's formulas.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("tanh_backward", &ember::tanhBackward);
 }
 // ember-book: end autograd_tanh

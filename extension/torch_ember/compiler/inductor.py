@@ -10,7 +10,6 @@ ember changes is how a kernel runs: as an ember launch (`kernel_entry.wrap_kerne
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,12 @@ __all__ = [
 # ember-book: begin inductor_backend
 class EmberScheduling(CppScheduling):
     """The CPU's C++ kernels, each wrapped to run as an ember launch."""
+
+    # Inductor's Scheduler creates this for its first ember node, before it fuses.
+    def __init__(self, scheduler: Any) -> None:
+        super().__init__(scheduler)
+        if scheduler is not None:
+            _scope_to_this_graph(scheduler)
 
     # Inductor asks which code generator serves the current device
     # (utils.get_current_backend) and takes Triton for a type it does not know:
@@ -109,6 +114,15 @@ class EmberPythonWrapper(PythonWrapperCodegen):
         where = getattr(graph_input, "get_device", lambda: None)()  # sizes have none
         on_cpu = where is not None and where.type == "cpu"
         return f"{arg}.to('{device}')" if on_cpu else arg
+
+    def push_codegened_graph(self, graph: Any) -> None:
+        super().push_codegened_graph(graph)
+        # A graph whose ember nodes are all extern kernels (a matrix product on a side
+        # stream) creates EmberScheduling only once its code is generated, too late to
+        # see its streams: they are known here, just before.
+        scheduler = getattr(graph, "scheduler", None)
+        if scheduler is not None and hasattr(scheduler, "node_to_stream"):
+            _guard_streams_on_ember(scheduler)
 
     def make_allocation(
         self,
@@ -236,26 +250,69 @@ def register() -> None:
     register_device_op_overrides("ember", EmberDeviceOpOverrides())
     # The C++ wrapper names devices by ATen's enum: ember is PrivateUse1.
     DEVICE_TO_ATEN["ember"] = "at::kPrivateUse1"
-    # A fusion step that reindexes a pointwise node to a reduction's loops is not
-    # validated for C++ kernels; Inductor skips it for device type "cpu" only.
-    inductor_config.loop_reindexing_after_fusion = False
-    # The wrapper names a graph's streams (`with stream1:`) inside a device guard,
-    # which Inductor writes for GPU types only: ember gets one in graphs that use
-    # streams. The C++ wrapper's guard is a C shim ember does not have.
-    gpu_rule = inductor_scheduler.device_need_guard
-    if not getattr(gpu_rule, "ember", False):
-        inductor_scheduler.device_need_guard = _guard_streams_on_ember(gpu_rule)
 
 
-def _guard_streams_on_ember(gpu_rule: Callable[[str], bool]) -> Callable[[str], bool]:
-    def need_guard(device: str) -> bool:
-        if device != "ember":
-            return gpu_rule(device)
-        graph = V.graph
-        return not graph.cpp_wrapper and graph.scheduler._has_multi_stream_nodes()
+def _on_ember(node: Any) -> bool:
+    device = node.get_device()
+    return device is not None and device.type == "ember"
 
-    need_guard.ember = True  # type: ignore[attr-defined]
-    return need_guard
+
+def _scope_to_this_graph(scheduler: Any) -> None:
+    """Two choices Inductor's Scheduler makes itself, with no device hook, differ on ember:
+    ember changes them on the one Scheduler that holds ember nodes, never process-wide
+    (a CUDA or CPU graph compiled in the same process gets Inductor's own choices)."""
+    if getattr(scheduler, "_ember_scoped", False):
+        return
+    scheduler._ember_scoped = True
+
+    # Reindexing a pointwise node to a reduction's loops assumes a SIMD scheduling's
+    # groups, (numel, rnumel); the C++ scheduling's are tuples of sizes, and it fails
+    # ("can't multiply sequence by non-int of type 'tuple'"). Inductor skips it when a
+    # node is on the CPU; ember's kernels are the CPU's, so it skips it on ember too.
+    reindex = scheduler._try_reindex_pointwise_for_reduction
+
+    def reindex_unless_on_ember(node1: Any, node2: Any) -> bool:
+        return not (_on_ember(node1) or _on_ember(node2)) and reindex(node1, node2)
+
+    scheduler._try_reindex_pointwise_for_reduction = reindex_unless_on_ember
+
+    # Streams are assigned after the nodes are created: decide once they are.
+    if hasattr(scheduler, "node_to_stream"):
+        _guard_streams_on_ember(scheduler)
+    else:
+        assign_streams = scheduler._populate_stream_assignments
+
+        def assign_then_guard() -> None:
+            assign_streams()
+            _guard_streams_on_ember(scheduler)
+
+        scheduler._populate_stream_assignments = assign_then_guard
+
+
+def _guard_streams_on_ember(scheduler: Any) -> None:
+    """The wrapper names a graph's streams (`with stream1:`) inside a device guard, which
+    the Scheduler writes where `device_need_guard(type)` says so: for GPU types only.
+    Ember needs one in graphs that use streams (the C++ wrapper's guard is a C shim ember
+    does not have). The rule is a function of Inductor's scheduler module, called by name:
+    it is swapped only while such a graph's code is generated."""
+    if getattr(scheduler, "_ember_guarded", False) or not scheduler._has_multi_stream_nodes():
+        return
+    scheduler._ember_guarded = True
+    codegen = scheduler.codegen
+
+    def codegen_with_ember_guards() -> None:
+        outer_rule = inductor_scheduler.device_need_guard  # in a subgraph, its parent's
+
+        def need_guard(device: str) -> bool:
+            return not V.graph.cpp_wrapper if device == "ember" else outer_rule(device)
+
+        inductor_scheduler.device_need_guard = need_guard
+        try:
+            codegen()
+        finally:
+            inductor_scheduler.device_need_guard = outer_rule
+
+    scheduler.codegen = codegen_with_ember_guards
 
 
 # ember-book: end inductor_backend

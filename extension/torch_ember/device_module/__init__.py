@@ -92,6 +92,25 @@ from .streams import (
 )
 from .streams import _sleep as _sleep
 
+
+# ember-book: begin rng_initialized
+def __getattr__(name: str) -> bool:
+    """`torch.ember._initialized`: whether ember has random state worth saving.
+
+    torch.utils.checkpoint reads `_initialized` of the device module (torch.cuda sets it
+    when CUDA's lazy initialization has run), and only then saves the device's generator
+    states before the forward and restores them before the recomputation. Without the
+    attribute it saves nothing, and a recomputed dropout draws a new mask: wrong
+    gradients, and no warning. Ember needs no lazy initialization: its state exists as
+    soon as the backend has generators.
+    """
+    if name == "_initialized":
+        return is_initialized() and random._has_generators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ember-book: end rng_initialized
+
 # torch.cuda's names only. Ember's own (attach, driver_memory_stats, empty_host_cache,
 # default_generator, the storage formats) and what PyTorch asks for (_is_in_bad_fork) are
 # imported as `name as name`: public, but not listed.
