@@ -92,3 +92,10 @@
 +    });
 @@ -16,1 +23,0 @@ sha256:4a5fe00eee
 // ember-book: end abs_stub.v1
+
+// ember-book: begin structured_out.v1
+@@ -20,7 +20,3 @@ sha256:970abd8479
++    TORCH_CHECK(options.device() == out_.device(), "ember: expected the out= ",
++                "tensor to be on ", options.device(), ", but got ",
++                out_.device());
+// ember-book: end structured_out.v1

@@ -28,3 +28,46 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout_backward", &ember::nativeDropoutBackward);
 }
 // ember-book: end random_registration.v1
+
+// ember-book: begin random_integers.v1
+@@ -9,10 +9,7 @@ sha256:45b9dc6934
++// modulo range), range 0 standing for all 2^64 values. By ATen's rules
++// (ATen/native/DistributionTemplates.h), so that ember accepts and refuses
++// what the CPU does: [from, to), a float dtype's bounds moved to integers
++// it holds exactly; without `to`, up to the largest integer the dtype holds
++// exactly (2^24 for float, 2^53 for double) or its maximum (2^63 - 1 for
++// Long); from = -2^63 without `to` draws all 2^64 values. An integer
++// dtype's bounds must lie in its range; a float's beyond 2^digits warn.
+@@ -29,26 +26,3 @@ sha256:1dab52be65
++  TORCH_CHECK(!to.has_value() || from < *to, "ember: random_ expects from < "
++              "to, got from=", from, " to=", *to);
++  if (!to.has_value() && from == std::numeric_limits<int64_t>::lowest()) {
+@@ -62,1 +35,0 @@ sha256:7a9734187f
+@@ -64,3 +37,3 @@ sha256:8451c7da51
++      // Without `to`, the CPU wants from below 2^digits, not at it.
++      last = to.has_value() ? templates::update_to<scalar_t>(*to) - 1
++                            : (int64_t{1} << std::min(digits, 62)) - 1;
+@@ -70,3 +43,11 @@ sha256:a7be84d810
++      const auto lowest = static_cast<int64_t>(
++          std::numeric_limits<scalar_t>::lowest());
++      const auto highest = static_cast<int64_t>(
++          std::numeric_limits<scalar_t>::max());
++      last = to.has_value() ? *to - 1 : highest;
++      TORCH_CHECK(from >= lowest && from <= highest, "ember: aten::random_ ",
++                  "on ", self.device(), ": from is out of bounds for ", type,
++                  " (got ", from, ")");
++      TORCH_CHECK(last >= lowest && last <= highest, "ember: aten::random_ ",
++                  "on ", self.device(), ": to - 1 is out of bounds for ",
++                  type, " (got ", last, ")");
+@@ -75,1 +56,10 @@ sha256:3cf0c4e101
++  TORCH_CHECK(from <= last, "ember: random_ on ", type, " expects from < to ",
++              "once both are rounded to the dtype, got from=", from,
++              " to=", last + 1);
++  if (floating) {
++    if (!to.has_value()) {
++      ++last; // [from, 2^digits], the end included
++    }
++    // Warns, as on the CPU, for a bound beyond what the dtype holds exactly.
++    templates::check_from_to_in_range(from, last, self.dtype());
++  }
+// ember-book: end random_integers.v1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -59,10 +60,11 @@ def test_non_strided_layout_is_rejected(layout: torch.layout) -> None:
         torch.empty(2, device="ember", layout=layout)
 
 
-# Structured operators (add, mul, where) are refused by PyTorch's own device check
-# ("found at least two devices"); operators that reach the CPU fallback (cat, out=
-# variants) by ember's ("got tensors on two ember devices").
-TWO_DEVICES = r"two (ember )?devices, ember:0 and ember:1"
+# Every device mismatch is refused in PyTorch's words (its device-generic tests and users match
+# on them): structured operators (add, mul, where) by PyTorch's own device check, operators that
+# reach the CPU fallback (cat, out= variants) by ember's, which adds its detail after them.
+SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
+TWO_DEVICES = rf"^{SAME_DEVICE}, ember:0 and ember:1!"
 MIXED_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add,
     "mul": torch.mul,
@@ -139,8 +141,9 @@ def test_mixing_ember_and_cpu_is_rejected() -> None:
         torch.add(a, b)
 
 
-# Ember inputs, an out= tensor on the CPU: CUDA refuses with a device mismatch. Ops that reach the CPU
-# fallback used to fail later, copying the result back (`_copy_from_and_resize` has no CPU kernel).
+# Ember inputs, an out= tensor on the CPU: CUDA refuses with a device mismatch, in the words of
+# PyTorch's generated device checks. Ops that reach the CPU fallback used to fail later, copying the
+# result back (`_copy_from_and_resize` has no CPU kernel); ember's detail follows PyTorch's words.
 def _long(*shape: int) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.long)
 
@@ -167,8 +170,25 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
 def test_an_out_tensor_on_the_cpu_is_refused_naming_both_devices(name: str) -> None:
     e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
     call, op = OUT_ON_CPU[name]
-    with pytest.raises(RuntimeError, match=rf"^ember: {op}.* on cpu, but its inputs are on ember:0"):
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: {op}.* on cpu"):
         call(e)
+
+
+# Ops with an ember kernel of their own (a structured out= kernel whose meta function does not
+# check devices, kernels on host views of the device's memory, mode) say the same.
+OWN_KERNEL_OUT_ON_CPU: dict[str, Callable[[torch.Tensor], object]] = {
+    "sum": lambda e: torch.sum(e, 0, out=torch.empty(0)),
+    "mode": lambda e: torch.mode(e, 0, out=(torch.empty(0), _long(0))),
+    "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(e.T, torch.zeros(2), torch.ones(2)),
+}
+
+
+@pytest.mark.parametrize("name", OWN_KERNEL_OUT_ON_CPU)
+def test_ember_kernels_refuse_a_cpu_tensor_in_pytorchs_words(name: str) -> None:
+    e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: "):
+        OWN_KERNEL_OUT_ON_CPU[name](e)
+
 
 
 def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
@@ -176,3 +196,33 @@ def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
     values, indices = torch.empty(0, device="ember"), torch.empty(0, dtype=torch.long, device="ember")
     torch.sort(e, out=(values, indices))
     assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [1, 2, 0]
+
+
+# ---- warnings: as many as on the CPU (issue 26) -----------------------------------------------------
+
+UINT8_MASK_CALLS: dict[str, Callable[[str], object]] = {
+    "v[mask]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5)],
+    "v[mask1, :, mask2]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5), :, _mask(d, 3)],
+    "index_put_ accumulate": lambda d: (y := torch.ones(5, 4, device=d)).index_put_(
+        (_mask(d, 5),), y[_mask(d, 5)], accumulate=True
+    ),
+}
+
+
+def _mask(device: str, n: int) -> torch.Tensor:
+    return torch.tensor([1, 0, 1, 1, 0][:n] if n == 5 else [1] * n, dtype=torch.uint8, device=device)
+
+
+def _warnings(call: Callable[[], object]) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("name", UINT8_MASK_CALLS)
+def test_a_uint8_mask_warns_as_often_as_on_the_cpu(name: str) -> None:
+    cpu = _warnings(lambda: UINT8_MASK_CALLS[name]("cpu"))
+    ember = _warnings(lambda: UINT8_MASK_CALLS[name]("ember"))
+    assert cpu and all("indexing with dtype torch.uint8 is now deprecated" in m for m in cpu)
+    assert ember == cpu

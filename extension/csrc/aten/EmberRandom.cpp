@@ -214,13 +214,16 @@ at::Tensor& bernoulliScalar_(at::Tensor& self, double p,
 namespace ember {
 
 // The integers random_ draws, as (from, range): from + (64 random bits
-// modulo range), range 0 standing for all 2^64 values. By ATen's rules
-// (ATen/native/DistributionTemplates.h), so that ember accepts and refuses
-// what the CPU does: [from, to), a float dtype's bounds moved to integers
-// it holds exactly; without `to`, up to the largest integer the dtype holds
-// exactly (2^24 for float, 2^53 for double) or its maximum (2^63 - 1 for
-// Long); from = -2^63 without `to` draws all 2^64 values. An integer
-// dtype's bounds must lie in its range; a float's beyond 2^digits warn.
+// modulo range), range 0 standing for all 2^64 values. By ATen's rules and in
+// its words (ATen/native/DistributionTemplates.h), so that ember accepts and
+// refuses what the CPU does: [from, to), a float dtype's bounds moved to
+// integers it holds exactly; without `to`, up to 2^digits for a float dtype
+// (2^24 for float, 2^53 for double) or the dtype's maximum (2^63 - 1 for
+// Long, and for UInt64 too: its bounds are checked against int64's, since
+// from and to are int64); from = -2^63 without `to` draws all 2^64 values,
+// for the dtypes the CPU draws them for. templates::check_from_to_in_range
+// is ATen's own bounds check: an integer dtype's bounds must lie in its
+// range, a float's beyond 2^digits warn.
 std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
                                           int64_t from,
                                           std::optional<int64_t> to) {
@@ -231,9 +234,32 @@ std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
       floating || at::isIntegralType(type, /*includeBool=*/true),
       "ember: aten::random_ is not implemented for ", type, " tensors (on ",
       self.device(), ", as on the CPU)");
-  TORCH_CHECK(!to.has_value() || from < *to, "ember: random_ expects from < "
-              "to, got from=", from, " to=", *to);
-  if (!to.has_value() && from == std::numeric_limits<int64_t>::lowest()) {
+  if (to.has_value()) {
+    int64_t end = *to;
+    TORCH_CHECK(from < end, "random_ expects 'from' to be less than 'to', "
+                "but got from=", from, " >= to=", end);
+    if (floating) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type,
+                                      "random_", [&] {
+        from = templates::update_from<scalar_t>(from);
+        end = templates::update_to<scalar_t>(end);
+        TORCH_CHECK(from < end, "random_ expects 'from' casted to dtype to be "
+                    "less than 'to' casted to dtype, but got from=", from,
+                    " >= to=", end);
+      });
+    }
+    templates::check_from_to_in_range(from, end - 1, self.dtype());
+    return {from, static_cast<uint64_t>(end) - static_cast<uint64_t>(from)};
+  }
+  if (from == std::numeric_limits<int64_t>::lowest()) {
+    // The CPU draws all 2^64 values for these dtypes only.
+    TORCH_CHECK_NOT_IMPLEMENTED(!c10::isBarebonesUnsignedType(type),
+                                "\"random_\" not implemented for '", type,
+                                "' (ember, as on the CPU)");
+    TORCH_CHECK(type == at::kLong || type == at::kDouble ||
+                    type == at::kFloat || type == at::kBFloat16,
+                "random_ from -2^63 without 'to' handles only int64, double, "
+                "float and bfloat16 (ember, as on the CPU), got ", type);
     return {from, 0};
   }
   int64_t last = 0; // the largest value drawn
@@ -241,36 +267,20 @@ std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type,
                                     "random_", [&] {
       constexpr int digits = std::numeric_limits<scalar_t>::digits;
+      last = int64_t{1} << std::min(digits, 62);
       from = templates::update_from<scalar_t>(from);
-      // Without `to`, the CPU wants from below 2^digits, not at it.
-      last = to.has_value() ? templates::update_to<scalar_t>(*to) - 1
-                            : (int64_t{1} << std::min(digits, 62)) - 1;
+      TORCH_CHECK(from < last, "random_ expects 'from' casted to dtype to be "
+                  "less than or equal to 'to_inc' casted to dtype, but got "
+                  "from=", from, " > to_inc=", last);
     });
   } else {
     AT_DISPATCH_V2(type, "random_", AT_WRAP([&] {
-      const auto lowest = static_cast<int64_t>(
-          std::numeric_limits<scalar_t>::lowest());
-      const auto highest = static_cast<int64_t>(
-          std::numeric_limits<scalar_t>::max());
-      last = to.has_value() ? *to - 1 : highest;
-      TORCH_CHECK(from >= lowest && from <= highest, "ember: aten::random_ ",
-                  "on ", self.device(), ": from is out of bounds for ", type,
-                  " (got ", from, ")");
-      TORCH_CHECK(last >= lowest && last <= highest, "ember: aten::random_ ",
-                  "on ", self.device(), ": to - 1 is out of bounds for ",
-                  type, " (got ", last, ")");
+      // UInt64's maximum becomes -1 here, as in ATen: its bounds check then
+      // refuses a draw without `to` ("to - 1 is out of bounds").
+      last = static_cast<int64_t>(std::numeric_limits<scalar_t>::max());
     }), AT_EXPAND(AT_INTEGRAL_TYPES_V2), at::kBool);
   }
-  TORCH_CHECK(from <= last, "ember: random_ on ", type, " expects from < to ",
-              "once both are rounded to the dtype, got from=", from,
-              " to=", last + 1);
-  if (floating) {
-    if (!to.has_value()) {
-      ++last; // [from, 2^digits], the end included
-    }
-    // Warns, as on the CPU, for a bound beyond what the dtype holds exactly.
-    templates::check_from_to_in_range(from, last, self.dtype());
-  }
+  templates::check_from_to_in_range(from, last, self.dtype());
   return {from, static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1};
 }
 
@@ -809,8 +819,17 @@ at::Tensor& randomToAnyDtype_(at::Tensor& self, int64_t to,
   return randomFromAnyDtype_(self, 0, to, generator);
 }
 
+// random_() without bounds: the CPU has no kernel for the unsigned types
+// beyond uint8 (uint16, uint32, uint64), whose bounds it would not know how
+// to take; random_(to) and random_(from, to) draw them.
 at::Tensor& randomAnyDtype_(at::Tensor& self,
                             std::optional<at::Generator> generator) {
+  if (self.numel() == 0) {
+    return self; // the CPU returns before looking at the dtype
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isBarebonesUnsignedType(self.scalar_type()),
+                              "\"random_\" not implemented for '",
+                              self.scalar_type(), "' (ember, as on the CPU)");
   return randomFromAnyDtype_(self, 0, std::nullopt, generator);
 }
 

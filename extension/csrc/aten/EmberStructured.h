@@ -27,9 +27,13 @@ class StructuredOut final : public Native {
     TORCH_CHECK(options.dtype() == out_.dtype(), "ember: expected the out= ",
                 "tensor to have dtype ", options.dtype(), ", but got ",
                 out_.dtype());
-    TORCH_CHECK(options.device() == out_.device(), "ember: expected the out= ",
-                "tensor to be on ", options.device(), ", but got ",
-                out_.device());
+    // In the words of PyTorch's generated device checks, which its tests
+    // and users match on; ember's detail follows.
+    TORCH_CHECK(options.device() == out_.device(), "Expected all tensors to ",
+                "be on the same device, but found at least two devices, ",
+                options.device(), " and ", out_.device(), "! (ember: the ",
+                "out= tensor is on ", out_.device(), ", the inputs on ",
+                options.device(), ")");
     // resize_output warns when it resizes a non-empty out= tensor, like CPU.
     if (at::native::resize_output(out_, sizes)) {
       // A fresh result takes the layout meta() suggests (the input's).

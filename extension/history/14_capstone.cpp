@@ -1,0 +1,37 @@
+// Earlier versions of parts that chapter 14 shows and a later cell revises. Not part of the
+// torch_ember package, and not C++ to compile: each region NAME.vK stores only what differs from
+// the next stored version of NAME (a later NAME.vJ, else the package's region NAME), as hunks
+// `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)
+// with this version's `+` lines; a version identical to the next one is not stored. The
+// chapter's cells hold every version in full, and `python -m book.sync --check` derives each
+// one and compares them (book/regions.py, book/sync.py). To record a revision, paste the
+// current text here in full as NAME.vK, edit the package's region, then run
+// `python -m book.sync --compact-history`.
+
+// ember-book: begin host_kernels.v1
+@@ -50,4 +50,2 @@ sha256:ea0fc87c51
++      TORCH_CHECK(t->device() == device, "ember: ", op, " expects all ",
++                  "tensors on ", device, ", got one on ", t->device());
+// ember-book: end host_kernels.v1
+
+// ember-book: begin random_dtypes.v1
+@@ -126,3 +125,0 @@ sha256:2ce3401f95
+@@ -131,6 +127,0 @@ sha256:2547a93947
+// ember-book: end random_dtypes.v1
+
+// ember-book: begin reductions.v2
+@@ -7,9 +7,4 @@ sha256:e9ed52d041
++// each group into its output element. Chunks of the same output element must
++// not run at once, so the loop is serial. Where the innermost run is reduced
++// (output stride 0), it is summed in a wider accumulator first (double for
++// float, as ATen's CPU kernels do) and added once.
+@@ -19,9 +14,1 @@ sha256:e53940a6a0
++  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
+@@ -33,2 +20,1 @@ sha256:4cf62ce26f
++          if (strides[0] == 0) {
+@@ -41,4 +27,2 @@ sha256:339cde7c30
++            *out = static_cast<T>(*out + acc);
++          } else {
+@@ -46,2 +30,1 @@ sha256:827b5799df
++              element(out, strides[0], i) += element(in, strides[1], i);
+// ember-book: end reductions.v2
