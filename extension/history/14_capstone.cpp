@@ -15,23 +15,42 @@
 // ember-book: end host_kernels.v1
 
 // ember-book: begin random_dtypes.v1
-@@ -126,3 +125,0 @@ sha256:2ce3401f95
-@@ -131,6 +127,0 @@ sha256:2547a93947
+@@ -1,3 +0,0 @@ sha256:e03d74b341
+@@ -18,0 +16,6 @@
++at::Tensor& randomFrom_(at::Tensor& self, int64_t from,
++                        std::optional<int64_t> to,
++                        std::optional<at::Generator> generator);
++std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
++                                          int64_t from,
++                                          std::optional<int64_t> to);
+@@ -101,72 +103,0 @@ sha256:4de16444d7
+@@ -174,4 +105,4 @@ sha256:825d9df9b7
++// self's dtype (integerRange, chapter 10): without `to` it ends at the
++// largest integer the dtype holds exactly, and an integer dtype's `from`
++// and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
++// random_(0, 300) is refused, not wrapped).
+@@ -181,1 +111,0 @@ sha256:bc275a4c0c
+@@ -183,1 +113,1 @@ sha256:27c4a6db71
++    return randomFrom_(self, from, to, generator);
+@@ -184,0 +115,1 @@
++  const auto [first, range] = integerRange(self, from, to);
+@@ -195,3 +125,0 @@ sha256:2ce3401f95
+@@ -200,6 +127,0 @@ sha256:2547a93947
 // ember-book: end random_dtypes.v1
 
 // ember-book: begin reductions.v2
-@@ -7,9 +7,4 @@ sha256:e9ed52d041
+@@ -7,8 +7,4 @@ sha256:c1f28e21f9
 +// each group into its output element. Chunks of the same output element must
 +// not run at once, so the loop is serial. Where the innermost run is reduced
 +// (output stride 0), it is summed in a wider accumulator first (double for
 +// float, as ATen's CPU kernels do) and added once.
-@@ -19,9 +14,1 @@ sha256:e53940a6a0
+@@ -18,9 +14,1 @@ sha256:e53940a6a0
 +  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
-@@ -33,2 +20,1 @@ sha256:4cf62ce26f
+@@ -32,2 +20,1 @@ sha256:4cf62ce26f
 +          if (strides[0] == 0) {
-@@ -41,4 +27,2 @@ sha256:339cde7c30
+@@ -40,4 +27,2 @@ sha256:339cde7c30
 +            *out = static_cast<T>(*out + acc);
 +          } else {
-@@ -46,2 +30,1 @@ sha256:827b5799df
+@@ -45,2 +30,1 @@ sha256:827b5799df
 +              element(out, strides[0], i) += element(in, strides[1], i);
 // ember-book: end reductions.v2

@@ -21,14 +21,13 @@ namespace ember {
 // A reduction's TensorIterator has the output as operand 0 with stride 0
 // along every reduced dimension, so "out[i] += in[i]" over the iterator sums
 // each group into its output element. Adding into the output itself would
-// round a partial sum to T at every pass over an outer reduced dimension
+// round the partial sum to T at every pass over an outer reduced dimension
 // (summing dims 0 and 2 of a (7, 10, 5) float tensor rounds each result 7
-// times), less accurate than the CPU's cascade sum. So each output element
-// accumulates in a slot of a wider type (double for float, as in ATen's CPU
-// kernels), in the kernel's own host memory, and the output receives the
-// slot rounded once per pass: the last pass leaves the whole group's sum,
-// rounded once. Passes over one output element must not run at once, so the
-// loop is serial.
+// times). So each output element accumulates in a slot of a wider type
+// (double for float, as in ATen's CPU kernels), in the kernel's own host
+// memory, and the output receives the slot rounded once per pass: the last
+// pass leaves the whole group's sum, rounded once. Passes over one output
+// element must not run at once, so the loop is serial.
 template <typename T>
 void sumLoop(const char* op, at::TensorIterator& iter) {
   using Acc = at::acc_type<T, /*is_cuda=*/false>;
