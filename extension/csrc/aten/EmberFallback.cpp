@@ -145,6 +145,12 @@ static const RegisterFallbackCheck register_blocklist(&checkBlocklist);
 // ember-book: begin fallback_one_device
 namespace ember {
 
+// cpu_fallback's registry of rules (above), declared again: the book builds
+// this part apart from the one that defines it.
+using FallbackCheck = void (*)(const c10::OperatorHandle& op,
+                               c10::ArrayRef<c10::IValue> arguments);
+std::vector<FallbackCheck>& fallbackChecks();
+
 // cpu_fallback puts every result on the device of the first tensor argument,
 // whatever the others are on. Operators without a device check of their own
 // (mm, cat, where, ...) would silently combine two ember devices. CPU tensors
@@ -185,7 +191,8 @@ void checkOneEmberDevice(const c10::OperatorHandle& op,
   }
 }
 
-static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
+static const bool one_device_registered =
+    (fallbackChecks().push_back(&checkOneEmberDevice), true);
 
 // An out= (or in-place) tensor on another device than the ember inputs:
 // cpu_fallback would compute on the CPU and then copy the result back with
@@ -236,7 +243,8 @@ void checkOutputsOnEmber(const c10::OperatorHandle& op,
   }
 }
 
-static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
+static const bool outputs_registered =
+    (fallbackChecks().push_back(&checkOutputsOnEmber), true);
 
 } // namespace ember
 // ember-book: end fallback_one_device
@@ -274,6 +282,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // converts the mask again and warns a second time. Registered as
 // index.Tensor's PrivateUse1 kernel, the fallback runs the CPU's functional
 // kernel in one call: one conversion, one warning, as on the CPU.
+namespace ember {
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+} // namespace ember
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index.Tensor",
          torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());

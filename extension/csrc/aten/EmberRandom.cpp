@@ -713,6 +713,9 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
                                                  std::optional<bool> train);
 at::Tensor nativeDropoutBackward(const at::Tensor& grad,
                                  const at::Tensor& mask, double scale);
+// The distributions' dtype check (above), declared for the same reason.
+void checkFillable(const char* op, const at::Tensor& self, bool integers,
+                   bool complex);
 
 bool drawsDirectly(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble;
