@@ -94,7 +94,10 @@
 // ember-book: end abs_stub.v1
 
 // ember-book: begin structured_out.v1
-@@ -20,7 +20,3 @@ sha256:970abd8479
+@@ -17,9 +17,6 @@ sha256:8887ccf020
++    TORCH_CHECK(options.dtype() == out_.dtype(), "ember: expected the out= ",
++                "tensor to have dtype ", options.dtype(), ", but got ",
++                out_.dtype());
 +    TORCH_CHECK(options.device() == out_.device(), "ember: expected the out= ",
 +                "tensor to be on ", options.device(), ", but got ",
 +                out_.device());

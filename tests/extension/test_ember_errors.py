@@ -174,11 +174,16 @@ def test_an_out_tensor_on_the_cpu_is_refused_naming_both_devices(name: str) -> N
         call(e)
 
 
-# Ops with an ember kernel of their own (a structured out= kernel whose meta function does not
-# check devices, kernels on host views of the device's memory, mode) say the same.
+def test_a_structured_out_kernel_says_what_pytorchs_generated_kernels_say() -> None:
+    """ember's structured out= kernels (sum) check their out= tensor in the words of the checks
+    PyTorch generates for CUDA's (its test_sum_cpu_device_mismatch matches them)."""
+    e = torch.ones(3, device="ember")
+    with pytest.raises(RuntimeError, match=r"^Expected out tensor to have device ember:0, but got cpu instead$"):
+        torch.sum(e, 0, out=torch.empty(0))
+
+
+# Kernels on host views of the device's memory say the generic sentence, with ember's detail.
 OWN_KERNEL_OUT_ON_CPU: dict[str, Callable[[torch.Tensor], object]] = {
-    "sum": lambda e: torch.sum(e, 0, out=torch.empty(0)),
-    "mode": lambda e: torch.mode(e, 0, out=(torch.empty(0), _long(0))),
     "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(e.T, torch.zeros(2), torch.ones(2)),
 }
 
@@ -226,3 +231,12 @@ def test_a_uint8_mask_warns_as_often_as_on_the_cpu(name: str) -> None:
     ember = _warnings(lambda: UINT8_MASK_CALLS[name]("ember"))
     assert cpu and all("indexing with dtype torch.uint8 is now deprecated" in m for m in cpu)
     assert ember == cpu
+
+
+def test_mode_out_on_another_device_says_what_atens_mode_says() -> None:
+    """mode's own check (ATen's mode_out, CUDA's wording), not the generic sentence."""
+    e = torch.ones(3, device="ember")
+    with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for values output"):
+        torch.mode(e, 0, out=(torch.empty(0), _long(0)))
+    with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for indices output"):
+        torch.mode(e, 0, out=(torch.empty(0, device="ember"), _long(0)))
