@@ -24,19 +24,19 @@
 +                                          int64_t from,
 +                                          std::optional<int64_t> to);
 @@ -30,3 +32,0 @@ sha256:d5dbed1b0a
-@@ -104,72 +103,0 @@ sha256:4de16444d7
-@@ -177,4 +105,4 @@ sha256:825d9df9b7
+@@ -104,71 +103,0 @@ sha256:1ad46ffedc
+@@ -176,4 +105,4 @@ sha256:825d9df9b7
 +// self's dtype (integerRange, chapter 10): without `to` it ends at the
 +// largest integer the dtype holds exactly, and an integer dtype's `from`
 +// and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
 +// random_(0, 300) is refused, not wrapped).
-@@ -184,1 +111,0 @@ sha256:bc275a4c0c
-@@ -186,1 +113,1 @@ sha256:27c4a6db71
+@@ -183,1 +111,0 @@ sha256:bc275a4c0c
+@@ -185,1 +113,1 @@ sha256:27c4a6db71
 +    return randomFrom_(self, from, to, generator);
-@@ -187,0 +115,1 @@
+@@ -186,0 +115,1 @@
 +  const auto [first, range] = integerRange(self, from, to);
-@@ -198,3 +125,0 @@ sha256:2ce3401f95
-@@ -203,6 +127,0 @@ sha256:2547a93947
+@@ -197,3 +125,0 @@ sha256:2ce3401f95
+@@ -202,6 +127,0 @@ sha256:2547a93947
 // ember-book: end random_dtypes.v1
 
 // ember-book: begin reductions.v2

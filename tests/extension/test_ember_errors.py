@@ -32,18 +32,21 @@ def test_set_device_out_of_range() -> None:
 
 def test_pin_memory_is_rejected() -> None:
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty.memory_format does not support pin_memory=True"
+        RuntimeError,
+        match=r"ember: aten::empty.memory_format does not support pin_memory=True",
     ):
         torch.empty(2, device="ember", pin_memory=True)
 
 
 def test_negative_size_is_rejected() -> None:
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty.memory_format got the negative size -3 in \[2, -3\]"
+        RuntimeError,
+        match=r"ember: aten::empty.memory_format got the negative size -3 in \[2, -3\]",
     ):
         torch.empty(2, -3, device="ember")
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty_strided got the negative size -1 in \[2, -1\]"
+        RuntimeError,
+        match=r"ember: aten::empty_strided got the negative size -1 in \[2, -1\]",
     ):
         torch.empty_strided((2, -1), (1, 1), device="ember")
 
@@ -122,7 +125,10 @@ def test_mixing_ember_devices_in_a_matrix_product_is_rejected(name: str) -> None
 def test_matrix_product_of_ember_and_cpu_names_both_devices() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
-    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$",
+    ):
         torch.mm(a, b)
 
 
@@ -130,7 +136,10 @@ def test_matrix_product_of_cpu_and_ember_names_both_devices() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
     # The ember operand is the reference; the CPU one is named as the odd one out.
-    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu$",
+    ):
         torch.mm(b, a)
 
 
@@ -149,12 +158,18 @@ def _long(*shape: int) -> torch.Tensor:
 
 
 OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
-    "nonzero": (lambda e: torch.nonzero(e, out=_long(0)), r"aten::nonzero\.out writes into 'out'"),
+    "nonzero": (
+        lambda e: torch.nonzero(e, out=_long(0)),
+        r"aten::nonzero\.out writes into 'out'",
+    ),
     "sort": (
         lambda e: torch.sort(e, out=(torch.empty(0), _long(0))),
         r"aten::sort\.values_stable writes into 'values'",
     ),
-    "topk": (lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))), r"aten::topk\.values"),
+    "topk": (
+        lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))),
+        r"aten::topk\.values",
+    ),
     "cumsum": (lambda e: torch.cumsum(e, 0, out=torch.empty(0)), r"aten::cumsum\.out"),
     "cat": (lambda e: torch.cat([e, e], out=torch.empty(0)), r"aten::cat\.out"),
     "index_select": (
@@ -162,7 +177,10 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
         r"aten::index_select\.out",
     ),
     "clamp": (lambda e: torch.clamp(e, 0, 1, out=torch.empty(0)), r"aten::clamp\.out"),
-    "max.dim": (lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))), r"aten::max\.dim_max"),
+    "max.dim": (
+        lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))),
+        r"aten::max\.dim_max",
+    ),
 }
 
 
@@ -178,7 +196,10 @@ def test_a_structured_out_kernel_says_what_pytorchs_generated_kernels_say() -> N
     """ember's structured out= kernels (sum) check their out= tensor in the words of the checks
     PyTorch generates for CUDA's (its test_sum_cpu_device_mismatch matches them)."""
     e = torch.ones(3, device="ember")
-    with pytest.raises(RuntimeError, match=r"^Expected out tensor to have device ember:0, but got cpu instead$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Expected out tensor to have device ember:0, but got cpu instead$",
+    ):
         torch.sum(e, 0, out=torch.empty(0))
 
 
@@ -195,12 +216,18 @@ def test_ember_kernels_refuse_a_cpu_tensor_in_pytorchs_words(name: str) -> None:
         OWN_KERNEL_OUT_ON_CPU[name](e)
 
 
-
 def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
     e = torch.tensor([3.0, 0.0, 2.0], device="ember")
-    values, indices = torch.empty(0, device="ember"), torch.empty(0, dtype=torch.long, device="ember")
+    values, indices = (
+        torch.empty(0, device="ember"),
+        torch.empty(0, dtype=torch.long, device="ember"),
+    )
     torch.sort(e, out=(values, indices))
-    assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [1, 2, 0]
+    assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [
+        1,
+        2,
+        0,
+    ]
 
 
 # ---- warnings: as many as on the CPU (issue 26) -----------------------------------------------------
@@ -238,5 +265,8 @@ def test_mode_out_on_another_device_says_what_atens_mode_says() -> None:
     e = torch.ones(3, device="ember")
     with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for values output"):
         torch.mode(e, 0, out=(torch.empty(0), _long(0)))
-    with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for indices output"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"expected device 'ember:0' but got 'cpu' for indices output",
+    ):
         torch.mode(e, 0, out=(torch.empty(0, device="ember"), _long(0)))

@@ -74,7 +74,11 @@ def test_strided_and_broadcast_inputs(name: str, fn: Any) -> None:
     generator = torch.Generator().manual_seed(4)
     base = torch.randn(6, 8, generator=generator)
     other = torch.randn(8, generator=generator)
-    cases = [(base.T, other[:6]), (base[:, ::2], other[::2]), (base[:1].expand(6, 8), other)]
+    cases = [
+        (base.T, other[:6]),
+        (base[:, ::2], other[::2]),
+        (base[:1].expand(6, 8), other),
+    ]
     for a, b in cases:
         expected = fn(a, b)
         actual = fn(a.to(EMBER), b.to(EMBER))
@@ -166,7 +170,13 @@ def test_mode_equals_the_cpu_in_every_dtype_dim_and_keepdim(dtype: torch.dtype) 
 
 def test_mode_breaks_ties_and_treats_nan_as_the_cpu_does() -> None:
     nan = float("nan")
-    rows = [[1.0, 2, 2, 1], [2.0, 1, 1, 2], [nan, nan, 1.0], [nan, 1.0, 1.0, nan], [-0.0, 0.0, 0.0, -0.0]]
+    rows = [
+        [1.0, 2, 2, 1],
+        [2.0, 1, 1, 2],
+        [nan, nan, 1.0],
+        [nan, 1.0, 1.0, nan],
+        [-0.0, 0.0, 0.0, -0.0],
+    ]
     for row in rows:
         _mode_both(torch.tensor(row))
     # The smallest of the most frequent values, at its last position.
@@ -175,12 +185,18 @@ def test_mode_breaks_ties_and_treats_nan_as_the_cpu_does() -> None:
 
 def test_mode_out_and_its_errors_follow_the_cpu() -> None:
     x = torch.tensor([[1.0, 3, 3], [2, 2, 5]])
-    values, indices = torch.empty(0, device=EMBER), torch.empty(0, dtype=torch.long, device=EMBER)
+    values, indices = (
+        torch.empty(0, device=EMBER),
+        torch.empty(0, dtype=torch.long, device=EMBER),
+    )
     torch.mode(x.to(EMBER), 1, out=(values, indices))
     expected = torch.mode(x, 1)
     assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
     for device in ("cpu", EMBER):
-        with pytest.raises(IndexError, match=r"mode\(\): Expected reduction dim 0 to have non-zero size"):
+        with pytest.raises(
+            IndexError,
+            match=r"mode\(\): Expected reduction dim 0 to have non-zero size",
+        ):
             torch.mode(torch.empty(0, 3, device=device), 0)
         with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'"):
             torch.mode(torch.ones(3, dtype=torch.complex64, device=device))

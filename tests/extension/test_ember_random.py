@@ -75,10 +75,13 @@ def test_devices_are_independent() -> None:
 
 
 @pytest.mark.parametrize("other", ["cpu", E1])
-def test_a_generator_of_the_wrong_device_is_refused_naming_both_devices(other: str) -> None:
+def test_a_generator_of_the_wrong_device_is_refused_naming_both_devices(
+    other: str,
+) -> None:
     generator = torch.Generator(device=other)
     with pytest.raises(
-        RuntimeError, match=rf"uniform_ got a generator on {other}(:0)? for a tensor on ember:0"
+        RuntimeError,
+        match=rf"uniform_ got a generator on {other}(:0)? for a tensor on ember:0",
     ):
         torch.rand(3, device=E, generator=generator)
     with pytest.raises(RuntimeError, match=r"randperm got a generator on .* for a tensor on ember:0"):
@@ -97,7 +100,10 @@ def test_a_generator_for_a_missing_device_is_refused() -> None:
         (lambda t: t.normal_(0, -1), "std >= 0.0"),
         (lambda t: t.exponential_(0), "lambd > 0.0"),
         (lambda t: t.bernoulli_(1.5), "0 <= p <= 1"),
-        (lambda t: t.random_(5, 5), "random_ expects 'from' to be less than 'to', but got from=5 >= to=5"),
+        (
+            lambda t: t.random_(5, 5),
+            "random_ expects 'from' to be less than 'to', but got from=5 >= to=5",
+        ),
     ],
 )
 def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
@@ -112,7 +118,10 @@ def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
             lambda: torch.empty(3, dtype=torch.int32, device=E).uniform_(),
             "uniform_ is not implemented for Int",
         ),
-        (lambda: torch.empty(3, dtype=torch.bool, device=E).normal_(), "normal_ is not implemented for Bool"),
+        (
+            lambda: torch.empty(3, dtype=torch.bool, device=E).normal_(),
+            "normal_ is not implemented for Bool",
+        ),
         (
             lambda: torch.empty(3, dtype=torch.int64, device=E).exponential_(),
             "exponential_ is not implemented",
@@ -121,7 +130,10 @@ def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
             lambda: torch.empty(3, dtype=torch.int16, device=E).cauchy_(),
             "cauchy_ is not implemented for Short",
         ),
-        (lambda: torch.empty(3, dtype=torch.bool, device=E).geometric_(0.5), "geometric_ is not implemented"),
+        (
+            lambda: torch.empty(3, dtype=torch.bool, device=E).geometric_(0.5),
+            "geometric_ is not implemented",
+        ),
         (
             lambda: torch.empty(3, dtype=torch.complex64, device=E).bernoulli_(0.5),
             "bernoulli_ is not implemented",
@@ -142,7 +154,10 @@ def test_a_dtype_the_cpu_refuses_is_refused_not_filled_with_truncated_draws(draw
 
 
 def test_random_ops_without_kernels_are_refused_by_the_fallback() -> None:
-    with pytest.raises(RuntimeError, match="cannot fall back to the CPU because it draws random numbers"):
+    with pytest.raises(
+        RuntimeError,
+        match="cannot fall back to the CPU because it draws random numbers",
+    ):
         torch.poisson(torch.ones(3, device=E))
 
 
@@ -285,7 +300,10 @@ def test_complex32_draws_like_the_cpu(draw) -> None:  # noqa: ANN001
     torch.manual_seed(0)
     cpu, ember = draw("cpu"), draw(E)
     assert ember.dtype == torch.complex32 and ember.device.type == "ember"
-    parts_cpu, parts_ember = torch.view_as_real(cpu).double(), torch.view_as_real(ember.cpu()).double()
+    parts_cpu, parts_ember = (
+        torch.view_as_real(cpu).double(),
+        torch.view_as_real(ember.cpu()).double(),
+    )
     assert torch.allclose(parts_ember.mean(0), parts_cpu.mean(0), atol=0.02)
     assert torch.allclose(parts_ember.var(0), parts_cpu.var(0), rtol=0.03)
 
@@ -304,7 +322,10 @@ UNSIGNED_DRAWS = {
     "to_2^40": (lambda t: t.random_(5, 2**40), (5, 2**40 - 1)),
     "to_int64_max": (lambda t: t.random_(0, 2**63 - 1), (0, 2**63 - 2)),
     "negative_from": (lambda t: t.random_(-1, 10), None),
-    "from_only": (lambda t: RANDOM_FROM(t, 70_000, None), None),  # up to the dtype's maximum
+    "from_only": (
+        lambda t: RANDOM_FROM(t, 70_000, None),
+        None,
+    ),  # up to the dtype's maximum
     "all_64_bits": (lambda t: RANDOM_FROM(t, -(2**63), None), None),
     "no_bounds": (lambda t: t.random_(), None),
 }
@@ -336,7 +357,9 @@ def test_unsigned_random_follows_the_cpu(dtype: torch.dtype, name: str) -> None:
     if high - low < 100:
         assert set(ember.tolist()) == set(range(low, high + 1))
     else:  # 20 000 uniform draws reach both ends' last percent
-        assert ember.min().item() < low + (high - low) / 100 and ember.max().item() > high - (high - low) / 100
+        assert (
+            ember.min().item() < low + (high - low) / 100 and ember.max().item() > high - (high - low) / 100
+        )
 
 
 def test_make_tensor_makes_every_unsigned_dtype_on_ember() -> None:

@@ -29,11 +29,11 @@ namespace ember {
 // occurrence of the value for rows the sort keeps in order, and NaN, equal
 // to nothing, as a run of one per NaN.
 template <typename T>
-void modeOfRow(const T* row, int64_t stride, int64_t n, T* value,
-               int64_t* index, std::vector<std::pair<T, int64_t>>& pairs) {
+void modeOfRow(const T* row, int64_t n, T* value, int64_t* index,
+               std::vector<std::pair<T, int64_t>>& pairs) {
   pairs.clear();
   for (int64_t k = 0; k < n; ++k) {
-    pairs.emplace_back(row[k * stride], k);
+    pairs.emplace_back(row[k], k);
   }
   std::sort(pairs.begin(), pairs.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -108,7 +108,7 @@ std::tuple<at::Tensor&, at::Tensor&> modeOut(const at::Tensor& self,
       std::vector<std::pair<scalar_t, int64_t>> pairs;
       pairs.reserve(n);
       for (int64_t r = 0; r < count; ++r) {
-        modeOfRow(in + r * n, 1, n, out_values + r, out_indices + r, pairs);
+        modeOfRow(in + r * n, n, out_values + r, out_indices + r, pairs);
       }
     });
   });

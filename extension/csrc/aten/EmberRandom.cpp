@@ -790,15 +790,14 @@ at::Tensor& bernoulliTensorAnyDtype_(at::Tensor& self, const at::Tensor& p,
 // The integers random_ draws, as (from, range): from + (64 random bits
 // modulo range), range 0 standing for all 2^64 values. Chapter 10's
 // integerRange took an integer dtype's bounds as int64, which for UInt64 is
-// [0, -1]: every range was refused. This follows ATen's steps and words (ATen/native/DistributionTemplates.h), so that ember accepts and
-// refuses what the CPU does: [from, to), a float dtype's bounds moved to
-// integers it holds exactly; without `to`, up to 2^digits for a float dtype
-// (2^24 for float, 2^53 for double) or the dtype's maximum (2^63 - 1 for
-// Long, and for UInt64 too: its bounds are checked against int64's, since
-// from and to are int64); from = -2^63 without `to` draws all 2^64 values,
-// for the dtypes the CPU draws them for. templates::check_from_to_in_range
-// is ATen's own bounds check: an integer dtype's bounds must lie in its
-// range, a float's beyond 2^digits warn.
+// [0, -1]: every range was refused. These are ATen's steps, in its words
+// (ATen/native/DistributionTemplates.h): [from, to), a float dtype's bounds
+// moved to integers it holds exactly; without `to`, up to 2^digits for a
+// float dtype or the dtype's maximum (UInt64's, as an int64, is -1: ATen
+// refuses it too); from = -2^63 without `to` draws all 2^64 values. ATen's
+// own bounds check, templates::check_from_to_in_range, checks an integer
+// dtype's bounds against its range (UInt64's against [0, 2^63 - 1], since
+// from and to are int64) and warns for a float's beyond 2^digits.
 std::pair<int64_t, uint64_t> randomBounds(const at::Tensor& self,
                                           int64_t from,
                                           std::optional<int64_t> to) {
