@@ -12,3 +12,23 @@
 @@ -2,18 +1,0 @@ sha256:115ec38cc4
 @@ -24,5 +5,0 @@ sha256:e007e380bf
 // ember-book: end cpu_fallback.v1
+
+// ember-book: begin fallback_one_device.v1
+@@ -2,6 +1,0 @@ sha256:826f13bfc0
+@@ -24,6 +18,4 @@ sha256:185433679a
++    TORCH_CHECK(tensor.device() == *first, "ember: ", op.operator_name(),
++                " got tensors on two ember devices, ", *first, " and ",
++                tensor.device(), "; the CPU fallback would return the result "
++                "on ", *first, " alone. Move the tensors to one device first.");
+@@ -49,2 +41,1 @@ sha256:885287f932
++static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
+@@ -56,3 +47,1 @@ sha256:c6dc995a19
++// CUDA refuses such a call up front with a device mismatch; so do we.
+@@ -92,3 +81,1 @@ sha256:95db1335f3
++                  "ember: ", op.operator_name(), " writes into '",
+@@ -96,1 +83,2 @@ sha256:cf3561984e
++                  ", but its inputs are on ", *ember, ": an out= tensor "
++                  "must be on the inputs' device (as on CUDA)");
+@@ -101,2 +89,1 @@ sha256:94451cb7fa
++static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
+// ember-book: end fallback_one_device.v1

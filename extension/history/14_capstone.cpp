@@ -37,3 +37,51 @@
 @@ -68,1 +46,1 @@ sha256:e01069f3d5
 +  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardAnyDtype);
 // ember-book: end random_registration.v2
+
+// ember-book: begin host_kernels.v1
+@@ -50,4 +50,2 @@ sha256:ea0fc87c51
++      TORCH_CHECK(t->device() == device, "ember: ", op, " expects all ",
++                  "tensors on ", device, ", got one on ", t->device());
+// ember-book: end host_kernels.v1
+
+// ember-book: begin random_dtypes.v1
+@@ -1,3 +0,0 @@ sha256:e03d74b341
+@@ -18,0 +16,6 @@
++at::Tensor& randomFrom_(at::Tensor& self, int64_t from,
++                        std::optional<int64_t> to,
++                        std::optional<at::Generator> generator);
++std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
++                                          int64_t from,
++                                          std::optional<int64_t> to);
+@@ -30,3 +32,0 @@ sha256:d5dbed1b0a
+@@ -104,71 +103,0 @@ sha256:1ad46ffedc
+@@ -176,4 +105,4 @@ sha256:825d9df9b7
++// self's dtype (integerRange, chapter 10): without `to` it ends at the
++// largest integer the dtype holds exactly, and an integer dtype's `from`
++// and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
++// random_(0, 300) is refused, not wrapped).
+@@ -183,1 +111,0 @@ sha256:bc275a4c0c
+@@ -185,1 +113,1 @@ sha256:27c4a6db71
++    return randomFrom_(self, from, to, generator);
+@@ -186,0 +115,1 @@
++  const auto [first, range] = integerRange(self, from, to);
+@@ -197,3 +125,0 @@ sha256:2ce3401f95
+@@ -202,6 +127,0 @@ sha256:2547a93947
+// ember-book: end random_dtypes.v1
+
+// ember-book: begin reductions.v2
+@@ -7,8 +7,4 @@ sha256:c1f28e21f9
++// each group into its output element. Chunks of the same output element must
++// not run at once, so the loop is serial. Where the innermost run is reduced
++// (output stride 0), it is summed in a wider accumulator first (double for
++// float, as ATen's CPU kernels do) and added once.
+@@ -18,9 +14,1 @@ sha256:e53940a6a0
++  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
+@@ -32,2 +20,1 @@ sha256:4cf62ce26f
++          if (strides[0] == 0) {
+@@ -40,4 +27,2 @@ sha256:339cde7c30
++            *out = static_cast<T>(*out + acc);
++          } else {
+@@ -45,2 +30,1 @@ sha256:827b5799df
++              element(out, strides[0], i) += element(in, strides[1], i);
+// ember-book: end reductions.v2

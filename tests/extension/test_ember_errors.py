@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -31,18 +32,21 @@ def test_set_device_out_of_range() -> None:
 
 def test_pin_memory_is_rejected() -> None:
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty.memory_format does not support pin_memory=True"
+        RuntimeError,
+        match=r"ember: aten::empty.memory_format does not support pin_memory=True",
     ):
         torch.empty(2, device="ember", pin_memory=True)
 
 
 def test_negative_size_is_rejected() -> None:
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty.memory_format got the negative size -3 in \[2, -3\]"
+        RuntimeError,
+        match=r"ember: aten::empty.memory_format got the negative size -3 in \[2, -3\]",
     ):
         torch.empty(2, -3, device="ember")
     with pytest.raises(
-        RuntimeError, match=r"ember: aten::empty_strided got the negative size -1 in \[2, -1\]"
+        RuntimeError,
+        match=r"ember: aten::empty_strided got the negative size -1 in \[2, -1\]",
     ):
         torch.empty_strided((2, -1), (1, 1), device="ember")
 
@@ -59,10 +63,11 @@ def test_non_strided_layout_is_rejected(layout: torch.layout) -> None:
         torch.empty(2, device="ember", layout=layout)
 
 
-# Structured operators (add, mul, where) are refused by PyTorch's own device check
-# ("found at least two devices"); operators that reach the CPU fallback (cat, out=
-# variants) by ember's ("got tensors on two ember devices").
-TWO_DEVICES = r"two (ember )?devices, ember:0 and ember:1"
+# Every device mismatch is refused in PyTorch's words (its device-generic tests and users match
+# on them): structured operators (add, mul, where) by PyTorch's own device check, operators that
+# reach the CPU fallback (cat, out= variants) by ember's, which adds its detail after them.
+SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
+TWO_DEVICES = rf"^{SAME_DEVICE}, ember:0 and ember:1!"
 MIXED_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add,
     "mul": torch.mul,
@@ -120,7 +125,10 @@ def test_mixing_ember_devices_in_a_matrix_product_is_rejected(name: str) -> None
 def test_matrix_product_of_ember_and_cpu_names_both_devices() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
-    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$",
+    ):
         torch.mm(a, b)
 
 
@@ -128,7 +136,10 @@ def test_matrix_product_of_cpu_and_ember_names_both_devices() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
     # The ember operand is the reference; the CPU one is named as the odd one out.
-    with pytest.raises(RuntimeError, match=r"^ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu$",
+    ):
         torch.mm(b, a)
 
 
@@ -139,19 +150,26 @@ def test_mixing_ember_and_cpu_is_rejected() -> None:
         torch.add(a, b)
 
 
-# Ember inputs, an out= tensor on the CPU: CUDA refuses with a device mismatch. Ops that reach the CPU
-# fallback used to fail later, copying the result back (`_copy_from_and_resize` has no CPU kernel).
+# Ember inputs, an out= tensor on the CPU: CUDA refuses with a device mismatch, in the words of
+# PyTorch's generated device checks. Ops that reach the CPU fallback used to fail later, copying the
+# result back (`_copy_from_and_resize` has no CPU kernel); ember's detail follows PyTorch's words.
 def _long(*shape: int) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.long)
 
 
 OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
-    "nonzero": (lambda e: torch.nonzero(e, out=_long(0)), r"aten::nonzero\.out writes into 'out'"),
+    "nonzero": (
+        lambda e: torch.nonzero(e, out=_long(0)),
+        r"aten::nonzero\.out writes into 'out'",
+    ),
     "sort": (
         lambda e: torch.sort(e, out=(torch.empty(0), _long(0))),
         r"aten::sort\.values_stable writes into 'values'",
     ),
-    "topk": (lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))), r"aten::topk\.values"),
+    "topk": (
+        lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))),
+        r"aten::topk\.values",
+    ),
     "cumsum": (lambda e: torch.cumsum(e, 0, out=torch.empty(0)), r"aten::cumsum\.out"),
     "cat": (lambda e: torch.cat([e, e], out=torch.empty(0)), r"aten::cat\.out"),
     "index_select": (
@@ -159,7 +177,10 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
         r"aten::index_select\.out",
     ),
     "clamp": (lambda e: torch.clamp(e, 0, 1, out=torch.empty(0)), r"aten::clamp\.out"),
-    "max.dim": (lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))), r"aten::max\.dim_max"),
+    "max.dim": (
+        lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))),
+        r"aten::max\.dim_max",
+    ),
 }
 
 
@@ -167,12 +188,85 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
 def test_an_out_tensor_on_the_cpu_is_refused_naming_both_devices(name: str) -> None:
     e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
     call, op = OUT_ON_CPU[name]
-    with pytest.raises(RuntimeError, match=rf"^ember: {op}.* on cpu, but its inputs are on ember:0"):
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: {op}.* on cpu"):
         call(e)
+
+
+def test_a_structured_out_kernel_says_what_pytorchs_generated_kernels_say() -> None:
+    """ember's structured out= kernels (sum) check their out= tensor in the words of the checks
+    PyTorch generates for CUDA's (its test_sum_cpu_device_mismatch matches them)."""
+    e = torch.ones(3, device="ember")
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Expected out tensor to have device ember:0, but got cpu instead$",
+    ):
+        torch.sum(e, 0, out=torch.empty(0))
+
+
+# Kernels on host views of the device's memory say the generic sentence, with ember's detail.
+OWN_KERNEL_OUT_ON_CPU: dict[str, Callable[[torch.Tensor], object]] = {
+    "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(e.T, torch.zeros(2), torch.ones(2)),
+}
+
+
+@pytest.mark.parametrize("name", OWN_KERNEL_OUT_ON_CPU)
+def test_ember_kernels_refuse_a_cpu_tensor_in_pytorchs_words(name: str) -> None:
+    e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: "):
+        OWN_KERNEL_OUT_ON_CPU[name](e)
 
 
 def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
     e = torch.tensor([3.0, 0.0, 2.0], device="ember")
-    values, indices = torch.empty(0, device="ember"), torch.empty(0, dtype=torch.long, device="ember")
+    values, indices = (
+        torch.empty(0, device="ember"),
+        torch.empty(0, dtype=torch.long, device="ember"),
+    )
     torch.sort(e, out=(values, indices))
-    assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [1, 2, 0]
+    assert values.cpu().tolist() == [0.0, 2.0, 3.0] and indices.cpu().tolist() == [
+        1,
+        2,
+        0,
+    ]
+
+
+# ---- warnings: as many as on the CPU (issue 26) -----------------------------------------------------
+
+UINT8_MASK_CALLS: dict[str, Callable[[str], object]] = {
+    "v[mask]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5)],
+    "v[mask1, :, mask2]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5), :, _mask(d, 3)],
+    "index_put_ accumulate": lambda d: (y := torch.ones(5, 4, device=d)).index_put_(
+        (_mask(d, 5),), y[_mask(d, 5)], accumulate=True
+    ),
+}
+
+
+def _mask(device: str, n: int) -> torch.Tensor:
+    return torch.tensor([1, 0, 1, 1, 0][:n] if n == 5 else [1] * n, dtype=torch.uint8, device=device)
+
+
+def _warnings(call: Callable[[], object]) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("name", UINT8_MASK_CALLS)
+def test_a_uint8_mask_warns_as_often_as_on_the_cpu(name: str) -> None:
+    cpu = _warnings(lambda: UINT8_MASK_CALLS[name]("cpu"))
+    ember = _warnings(lambda: UINT8_MASK_CALLS[name]("ember"))
+    assert cpu and all("indexing with dtype torch.uint8 is now deprecated" in m for m in cpu)
+    assert ember == cpu
+
+
+def test_mode_out_on_another_device_says_what_atens_mode_says() -> None:
+    """mode's own check (ATen's mode_out, CUDA's wording), not the generic sentence."""
+    e = torch.ones(3, device="ember")
+    with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for values output"):
+        torch.mode(e, 0, out=(torch.empty(0), _long(0)))
+    with pytest.raises(
+        RuntimeError,
+        match=r"expected device 'ember:0' but got 'cpu' for indices output",
+    ):
+        torch.mode(e, 0, out=(torch.empty(0, device="ember"), _long(0)))

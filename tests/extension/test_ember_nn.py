@@ -190,7 +190,9 @@ def test_bad_inputs_are_refused_before_the_launch() -> None:
     with pytest.raises(RuntimeError, match=r"ember: aten::max_pool2d_with_indices on ember:0: the window"):
         F.max_pool2d(x, kernel_size=7)
     with pytest.raises(
-        RuntimeError, match=r"aten::native_batch_norm expects all tensors on ember:0, got one on"
+        RuntimeError,
+        match=r"^Expected all tensors to be on the same device, but found at least two devices, "
+        r"ember:0 and cpu! \(ember: aten::native_batch_norm runs on ember:0\)",
     ):
         F.batch_norm(x, torch.zeros(3), torch.ones(3), training=False)
     with pytest.raises(RuntimeError, match=r"ember: aten::nll_loss_forward expects the target on ember:0"):

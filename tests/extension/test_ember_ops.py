@@ -74,7 +74,11 @@ def test_strided_and_broadcast_inputs(name: str, fn: Any) -> None:
     generator = torch.Generator().manual_seed(4)
     base = torch.randn(6, 8, generator=generator)
     other = torch.randn(8, generator=generator)
-    cases = [(base.T, other[:6]), (base[:, ::2], other[::2]), (base[:1].expand(6, 8), other)]
+    cases = [
+        (base.T, other[:6]),
+        (base[:, ::2], other[::2]),
+        (base[:1].expand(6, 8), other),
+    ]
     for a, b in cases:
         expected = fn(a, b)
         actual = fn(a.to(EMBER), b.to(EMBER))
@@ -133,3 +137,93 @@ def test_kernels_run_on_the_second_device() -> None:
     result = torch.sigmoid(a) + a
     assert result.device == torch.device(EMBER, 1)
     torch.testing.assert_close(result.cpu(), torch.sigmoid(a.cpu()) + a.cpu())
+
+
+# ---- torch.mode: ember's own kernel, equal to the CPU's (issue 26) --------------------------------
+
+MODE_DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+]  # fmt: skip
+
+
+def _mode_both(x: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    expected = torch.mode(x, *args, **kwargs)
+    actual = torch.mode(x.to(EMBER), *args, **kwargs)
+    assert actual.values.device.type == "ember" and actual.indices.dtype == torch.int64
+    torch.testing.assert_close(actual.values.cpu(), expected.values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(actual.indices.cpu(), expected.indices)
+
+
+@pytest.mark.parametrize("dtype", MODE_DTYPES, ids=str)
+def test_mode_equals_the_cpu_in_every_dtype_dim_and_keepdim(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    # Few distinct values: many ties, in short rows and in rows long enough for an unstable sort.
+    for shape in [(7,), (4, 9), (3, 5, 40), (2, 300)]:
+        x = torch.randint(0, 2 if dtype == torch.bool else 4, shape).to(dtype)
+        for dim in range(-len(shape), len(shape)):
+            for keepdim in (False, True):
+                _mode_both(x, dim, keepdim)
+    _mode_both(torch.tensor(3).to(dtype))  # 0-dim: itself, at index 0
+    _mode_both(torch.randint(0, 4, (5, 6)).to(dtype).T)  # a non-contiguous input
+
+
+def test_mode_breaks_ties_and_treats_nan_as_the_cpu_does() -> None:
+    nan = float("nan")
+    rows = [
+        [1.0, 2, 2, 1],
+        [2.0, 1, 1, 2],
+        [nan, nan, 1.0],
+        [nan, 1.0, 1.0, nan],
+        [-0.0, 0.0, 0.0, -0.0],
+    ]
+    for row in rows:
+        _mode_both(torch.tensor(row))
+    # The smallest of the most frequent values, at its last position.
+    assert torch.mode(torch.tensor([2.0, 1, 1, 2], device=EMBER)).indices.item() == 2
+
+
+def test_mode_out_and_its_errors_follow_the_cpu() -> None:
+    x = torch.tensor([[1.0, 3, 3], [2, 2, 5]])
+    values, indices = (
+        torch.empty(0, device=EMBER),
+        torch.empty(0, dtype=torch.long, device=EMBER),
+    )
+    torch.mode(x.to(EMBER), 1, out=(values, indices))
+    expected = torch.mode(x, 1)
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+    for device in ("cpu", EMBER):
+        with pytest.raises(
+            IndexError,
+            match=r"mode\(\): Expected reduction dim 0 to have non-zero size",
+        ):
+            torch.mode(torch.empty(0, 3, device=device), 0)
+        with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'"):
+            torch.mode(torch.ones(3, dtype=torch.complex64, device=device))
+
+
+def test_mode_has_an_ember_kernel_not_the_fallback() -> None:
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::mode", "PrivateUse1")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::mode.values", "PrivateUse1")
+
+
+# ---- float32 sums: as accurate as the CPU's (issue 26) ----------------------------------------------
+
+
+def test_float32_sums_are_as_accurate_as_the_cpus() -> None:
+    """Sums over every set of dims of a 3-D float32 tensor with cancellation (the inputs of PyTorch's
+    test_sum_vs_numpy): ember's error against the float64 sum is never above the CPU's by more than
+    an ulp of the result, and a reduction of the innermost run (or of everything) is the float64 sum
+    rounded once, since ember accumulates such runs in double."""
+    torch.manual_seed(0)
+    for _ in range(20):
+        x = torch.randn(7, 10, 5) * 60
+        x[torch.randn(7, 10, 5) > 0.5] = 0
+        for dims in [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 2, 1)]:
+            exact = x.double().sum(dims, keepdim=True)
+            cpu_error = (x.sum(dims, keepdim=True).double() - exact).abs()
+            ember = x.to(EMBER).sum(dims, keepdim=True).cpu()
+            ulp = torch.finfo(torch.float32).eps * exact.abs().float().clamp_min(1).double()
+            assert ((ember.double() - exact).abs() <= cpu_error + ulp).all(), dims
+            if dims in [(2,), (1, 2), (0, 2, 1)]:
+                assert torch.equal(ember, exact.float())

@@ -3,6 +3,7 @@ distributions' statistics, dropout, and the errors for bad input."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,10 +158,13 @@ torch.save({{"default": torch.rand(5, device="ember:0").cpu(),
 
 
 @pytest.mark.parametrize("other", ["cpu", E1])
-def test_a_generator_of_the_wrong_device_is_refused_naming_both_devices(other: str) -> None:
+def test_a_generator_of_the_wrong_device_is_refused_naming_both_devices(
+    other: str,
+) -> None:
     generator = torch.Generator(device=other)
     with pytest.raises(
-        RuntimeError, match=rf"uniform_ got a generator on {other}(:0)? for a tensor on ember:0"
+        RuntimeError,
+        match=rf"uniform_ got a generator on {other}(:0)? for a tensor on ember:0",
     ):
         torch.rand(3, device=E, generator=generator)
     with pytest.raises(RuntimeError, match=r"randperm got a generator on .* for a tensor on ember:0"):
@@ -179,7 +183,10 @@ def test_a_generator_for_a_missing_device_is_refused() -> None:
         (lambda t: t.normal_(0, -1), "std >= 0.0"),
         (lambda t: t.exponential_(0), "lambd > 0.0"),
         (lambda t: t.bernoulli_(1.5), "0 <= p <= 1"),
-        (lambda t: t.random_(5, 5), "from < to"),
+        (
+            lambda t: t.random_(5, 5),
+            "random_ expects 'from' to be less than 'to', but got from=5 >= to=5",
+        ),
     ],
 )
 def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
@@ -194,7 +201,10 @@ def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
             lambda: torch.empty(3, dtype=torch.int32, device=E).uniform_(),
             "uniform_ is not implemented for Int",
         ),
-        (lambda: torch.empty(3, dtype=torch.bool, device=E).normal_(), "normal_ is not implemented for Bool"),
+        (
+            lambda: torch.empty(3, dtype=torch.bool, device=E).normal_(),
+            "normal_ is not implemented for Bool",
+        ),
         (
             lambda: torch.empty(3, dtype=torch.int64, device=E).exponential_(),
             "exponential_ is not implemented",
@@ -203,18 +213,21 @@ def test_bad_arguments_are_refused(call, message: str) -> None:  # noqa: ANN001
             lambda: torch.empty(3, dtype=torch.int16, device=E).cauchy_(),
             "cauchy_ is not implemented for Short",
         ),
-        (lambda: torch.empty(3, dtype=torch.bool, device=E).geometric_(0.5), "geometric_ is not implemented"),
+        (
+            lambda: torch.empty(3, dtype=torch.bool, device=E).geometric_(0.5),
+            "geometric_ is not implemented",
+        ),
         (
             lambda: torch.empty(3, dtype=torch.complex64, device=E).bernoulli_(0.5),
             "bernoulli_ is not implemented",
         ),
         (
             lambda: torch.empty(3, dtype=torch.uint8, device=E).random_(0, 300),
-            "to - 1 is out of bounds for Byte",
+            "to - 1 is out of bounds for unsigned char",
         ),
         (
             lambda: torch.empty(3, dtype=torch.int8, device=E).random_(-200, 5),
-            "from is out of bounds for Char",
+            "from is out of bounds for signed char",
         ),
     ],
 )
@@ -224,7 +237,10 @@ def test_a_dtype_the_cpu_refuses_is_refused_not_filled_with_truncated_draws(draw
 
 
 def test_random_ops_without_kernels_are_refused_by_the_fallback() -> None:
-    with pytest.raises(RuntimeError, match="cannot fall back to the CPU because it draws random numbers"):
+    with pytest.raises(
+        RuntimeError,
+        match="cannot fall back to the CPU because it draws random numbers",
+    ):
         torch.poisson(torch.ones(3, device=E))
 
 
@@ -346,9 +362,9 @@ def test_random_bounds_follow_the_cpu() -> None:
     for device in ("cpu", E):
         with pytest.warns(UserWarning, match=r"to - 1 is out of bounds \[-\(2\^24\), 2\^24\]"):
             torch.empty(4, device=device).random_(0, 2**30)
-    with pytest.raises(RuntimeError, match="from is out of bounds for Int"):
+    with pytest.raises(RuntimeError, match="from is out of bounds for int"):
         torch.empty(3, dtype=torch.int32, device=E).random_(-(2**40), 0)
-    with pytest.raises(RuntimeError, match="from < to"):
+    with pytest.raises(RuntimeError, match="random_ expects 'from' to be less than 'to'"):
         torch.empty(3, dtype=torch.int64, device=E).random_(2**62, -(2**63))
 
 
@@ -367,6 +383,78 @@ def test_complex32_draws_like_the_cpu(draw) -> None:  # noqa: ANN001
     torch.manual_seed(0)
     cpu, ember = draw("cpu"), draw(E)
     assert ember.dtype == torch.complex32 and ember.device.type == "ember"
-    parts_cpu, parts_ember = torch.view_as_real(cpu).double(), torch.view_as_real(ember.cpu()).double()
+    parts_cpu, parts_ember = (
+        torch.view_as_real(cpu).double(),
+        torch.view_as_real(ember.cpu()).double(),
+    )
     assert torch.allclose(parts_ember.mean(0), parts_cpu.mean(0), atol=0.02)
     assert torch.allclose(parts_ember.var(0), parts_cpu.var(0), rtol=0.03)
+
+
+# ---- the unsigned dtypes beyond uint8, in the CPU's words (issue 26) ---------------------------------
+
+UNSIGNED = [torch.uint16, torch.uint32, torch.uint64]
+RANDOM_FROM = getattr(torch.ops.aten.random_, "from")  # random_(from, to=None): not reachable by keyword
+
+
+# (draw, the range [low, high] it draws from where the CPU accepts it)
+UNSIGNED_DRAWS = {
+    "to": (lambda t: t.random_(10), (0, 9)),
+    "from_to": (lambda t: t.random_(3, 10), (3, 9)),
+    "to_2^16": (lambda t: t.random_(0, 2**16), (0, 2**16 - 1)),
+    "to_2^40": (lambda t: t.random_(5, 2**40), (5, 2**40 - 1)),
+    "to_int64_max": (lambda t: t.random_(0, 2**63 - 1), (0, 2**63 - 2)),
+    "negative_from": (lambda t: t.random_(-1, 10), None),
+    "from_only": (
+        lambda t: RANDOM_FROM(t, 70_000, None),
+        None,
+    ),  # up to the dtype's maximum
+    "all_64_bits": (lambda t: RANDOM_FROM(t, -(2**63), None), None),
+    "no_bounds": (lambda t: t.random_(), None),
+}
+
+
+def _draw(draw, dtype: torch.dtype, device: str) -> torch.Tensor | tuple[str, str]:  # noqa: ANN001
+    """The draw (as float64 on the CPU), or the error's type and first line."""
+    try:
+        return draw(torch.empty(20_000, dtype=dtype, device=device)).cpu().double()
+    except (RuntimeError, NotImplementedError) as error:
+        return type(error).__name__, str(error).splitlines()[0]
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED, ids=str)
+@pytest.mark.parametrize("name", UNSIGNED_DRAWS)
+def test_unsigned_random_follows_the_cpu(dtype: torch.dtype, name: str) -> None:
+    """Accepted where the CPU accepts it, drawing from the same range; else refused in its words."""
+    draw, bounds = UNSIGNED_DRAWS[name]
+    cpu, ember = _draw(draw, dtype, "cpu"), _draw(draw, dtype, E)
+    if isinstance(cpu, tuple):
+        # The CPU's NotImplementedError names its kernel ("random_kernel_cpu"), ember's the operator.
+        kernel_named = cpu[0] == "NotImplementedError" and re.sub(r'^"\w+"', "", cpu[1]) in ember[1]
+        assert ember[0] == cpu[0] and (ember[1] == cpu[1] or kernel_named), (ember, cpu)
+        return
+    assert isinstance(ember, torch.Tensor), ember
+    low, high = bounds if bounds is not None else (70_000, torch.iinfo(dtype).max)
+    for drawn in (cpu, ember):
+        assert low <= drawn.min().item() and drawn.max().item() <= high
+    if high - low < 100:
+        assert set(ember.tolist()) == set(range(low, high + 1))
+    else:  # 20 000 uniform draws reach both ends' last percent
+        assert (
+            ember.min().item() < low + (high - low) / 100 and ember.max().item() > high - (high - low) / 100
+        )
+
+
+def test_make_tensor_makes_every_unsigned_dtype_on_ember() -> None:
+    """torch.testing.make_tensor draws integers with random_(low, high): uint64 used to be refused."""
+    for dtype in UNSIGNED:
+        t = torch.testing.make_tensor((64,), dtype=dtype, device=E, low=0, high=9)
+        values = t.cpu().double()
+        assert t.dtype == dtype and t.device.type == "ember"
+        assert values.min() >= 0 and values.max() <= 9 and len(values.unique()) > 1
+
+
+def test_unsigned_random_of_an_empty_tensor_is_a_no_op() -> None:
+    for dtype in UNSIGNED:
+        assert torch.empty(0, dtype=dtype, device=E).random_().numel() == 0
+        torch.empty(0, dtype=dtype).random_()  # the CPU too

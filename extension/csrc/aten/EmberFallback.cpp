@@ -145,6 +145,12 @@ static const RegisterFallbackCheck register_blocklist(&checkBlocklist);
 // ember-book: begin fallback_one_device
 namespace ember {
 
+// cpu_fallback's registry of rules (above), declared again: the book builds
+// this part apart from the one that defines it.
+using FallbackCheck = void (*)(const c10::OperatorHandle& op,
+                               c10::ArrayRef<c10::IValue> arguments);
+std::vector<FallbackCheck>& fallbackChecks();
+
 // cpu_fallback puts every result on the device of the first tensor argument,
 // whatever the others are on. Operators without a device check of their own
 // (mm, cat, where, ...) would silently combine two ember devices. CPU tensors
@@ -160,10 +166,12 @@ void checkOneEmberDevice(const c10::OperatorHandle& op,
       first = tensor.device();
       return;
     }
-    TORCH_CHECK(tensor.device() == *first, "ember: ", op.operator_name(),
-                " got tensors on two ember devices, ", *first, " and ",
-                tensor.device(), "; the CPU fallback would return the result "
-                "on ", *first, " alone. Move the tensors to one device first.");
+    // PyTorch's words first: its tests and its users match on them.
+    TORCH_CHECK(tensor.device() == *first, "Expected all tensors to be on the "
+                "same device, but found at least two devices, ", *first,
+                " and ", tensor.device(), "! (ember: ", op.operator_name(),
+                " would run on the CPU and return its result on ", *first,
+                " alone; move the tensors to one device first)");
   };
   for (const c10::IValue& value : arguments) {
     if (value.isTensor()) {
@@ -183,13 +191,16 @@ void checkOneEmberDevice(const c10::OperatorHandle& op,
   }
 }
 
-static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
+static const bool one_device_registered =
+    (fallbackChecks().push_back(&checkOneEmberDevice), true);
 
 // An out= (or in-place) tensor on another device than the ember inputs:
 // cpu_fallback would compute on the CPU and then copy the result back with
 // _copy_from_and_resize dispatched on the out= tensor's device, which for a
 // CPU tensor has no kernel (a NotImplementedError about the CPU backend).
-// CUDA refuses such a call up front with a device mismatch; so do we.
+// CUDA refuses such a call up front, in the words of every device check
+// PyTorch generates ("Expected all tensors to be on the same device"); so do
+// we, and say which argument after them.
 void checkOutputsOnEmber(const c10::OperatorHandle& op,
                          c10::ArrayRef<c10::IValue> arguments) {
   const c10::FunctionSchema& schema = op.schema();
@@ -223,15 +234,17 @@ void checkOutputsOnEmber(const c10::OperatorHandle& op,
     }
     for (const at::Tensor& tensor : written) {
       TORCH_CHECK(!tensor.defined() || tensor.device() == *ember,
-                  "ember: ", op.operator_name(), " writes into '",
+                  "Expected all tensors to be on the same device, but found "
+                  "at least two devices, ", *ember, " and ", tensor.device(),
+                  "! (ember: ", op.operator_name(), " writes into '",
                   schema.arguments()[i].name(), "' on ", tensor.device(),
-                  ", but its inputs are on ", *ember, ": an out= tensor "
-                  "must be on the inputs' device (as on CUDA)");
+                  ", its inputs are on ", *ember, ")");
     }
   }
 }
 
-static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
+static const bool outputs_registered =
+    (fallbackChecks().push_back(&checkOutputsOnEmber), true);
 
 } // namespace ember
 // ember-book: end fallback_one_device
@@ -259,3 +272,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
 }
 // ember-book: end fallback_allclose
+
+// ember-book: begin fallback_index
+// Indexing with a uint8 mask (x[mask]) warns that uint8 masks are deprecated,
+// once on the CPU. index.Tensor's default kernel (CompositeExplicitAutograd-
+// NonFunctional) runs its meta function, which converts the mask (and
+// warns), and then calls index.Tensor_out with the original indices: on
+// ember that out= operator falls back to the CPU, whose meta function
+// converts the mask again and warns a second time. Registered as
+// index.Tensor's PrivateUse1 kernel, the fallback runs the CPU's functional
+// kernel in one call: one conversion, one warning, as on the CPU.
+namespace ember {
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+} // namespace ember
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("index.Tensor",
+         torch::CppFunction::makeFromBoxedFunction<&ember::cpuFallback>());
+}
+// ember-book: end fallback_index

@@ -69,8 +69,10 @@ void onHost(const char* op, c10::Device device,
   c10::SmallVector<const void*, 8> buffers;
   for (const at::Tensor* t : tensors) {
     if (t != nullptr && t->defined() && !(t->is_cpu() && t->dim() == 0)) {
-      TORCH_CHECK(t->device() == device, "ember: ", op, " expects all ",
-                  "tensors on ", device, ", got one on ", t->device());
+      TORCH_CHECK(t->device() == device, "Expected all tensors to be on ",
+                  "the same device, but found at least two devices, ", device,
+                  " and ", t->device(), "! (ember: ", op, " runs on ", device,
+                  ")");
       buffers.push_back(t->data_ptr());
     }
   }

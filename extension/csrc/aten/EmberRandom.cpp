@@ -684,6 +684,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: end distributions
 
 // ember-book: begin random_dtypes
+#include <ATen/Dispatch_v2.h> // AT_DISPATCH_V2
+#include <ATen/native/DistributionTemplates.h> // ATen's rules for random_'s range
+
 namespace ember {
 
 // Chapter 10's random kernels (above), compiled for Float and Double
@@ -699,12 +702,6 @@ at::Tensor& bernoulliScalar_(at::Tensor& self, double p,
                              std::optional<at::Generator> generator);
 at::Tensor& bernoulliTensor_(at::Tensor& self, const at::Tensor& p,
                              std::optional<at::Generator> generator);
-at::Tensor& randomFrom_(at::Tensor& self, int64_t from,
-                        std::optional<int64_t> to,
-                        std::optional<at::Generator> generator);
-std::pair<int64_t, uint64_t> integerRange(const at::Tensor& self,
-                                          int64_t from,
-                                          std::optional<int64_t> to);
 at::Tensor& randomRange(const char* op, at::Tensor& self, int64_t from,
                         uint64_t range, std::optional<at::Generator> generator);
 at::Tensor& multinomialOut(const at::Tensor& self, int64_t samples,
@@ -716,6 +713,9 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
                                                  std::optional<bool> train);
 at::Tensor nativeDropoutBackward(const at::Tensor& grad,
                                  const at::Tensor& mask, double scale);
+// The distributions' dtype check (above), declared for the same reason.
+void checkFillable(const char* op, const at::Tensor& self, bool integers,
+                   bool complex);
 
 bool drawsDirectly(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble;
@@ -787,18 +787,89 @@ at::Tensor& bernoulliTensorAnyDtype_(at::Tensor& self, const at::Tensor& p,
   });
 }
 
+// The integers random_ draws, as (from, range): from + (64 random bits
+// modulo range), range 0 standing for all 2^64 values. Chapter 10's
+// integerRange took an integer dtype's bounds as int64, which for UInt64 is
+// [0, -1]: every range was refused. These are ATen's steps, in its words
+// (ATen/native/DistributionTemplates.h): [from, to), a float dtype's bounds
+// moved to integers it holds exactly; without `to`, up to 2^digits for a
+// float dtype or the dtype's maximum (UInt64's, as an int64, is -1: ATen
+// refuses it too); from = -2^63 without `to` draws all 2^64 values. ATen's
+// own bounds check, templates::check_from_to_in_range, checks an integer
+// dtype's bounds against its range (UInt64's against [0, 2^63 - 1], since
+// from and to are int64) and warns for a float's beyond 2^digits.
+std::pair<int64_t, uint64_t> randomBounds(const at::Tensor& self,
+                                          int64_t from,
+                                          std::optional<int64_t> to) {
+  namespace templates = at::native::templates;
+  const at::ScalarType type = self.scalar_type();
+  const bool floating = at::isFloatingType(type);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      floating || at::isIntegralType(type, /*includeBool=*/true),
+      "ember: aten::random_ is not implemented for ", type, " tensors (on ",
+      self.device(), ", as on the CPU)");
+  if (to.has_value()) {
+    int64_t end = *to;
+    TORCH_CHECK(from < end, "random_ expects 'from' to be less than 'to', "
+                "but got from=", from, " >= to=", end);
+    if (floating) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type,
+                                      "random_", [&] {
+        from = templates::update_from<scalar_t>(from);
+        end = templates::update_to<scalar_t>(end);
+        TORCH_CHECK(from < end, "random_ expects 'from' casted to dtype to be "
+                    "less than 'to' casted to dtype, but got from=", from,
+                    " >= to=", end);
+      });
+    }
+    templates::check_from_to_in_range(from, end - 1, self.dtype());
+    return {from, static_cast<uint64_t>(end) - static_cast<uint64_t>(from)};
+  }
+  if (from == std::numeric_limits<int64_t>::lowest()) {
+    // The CPU draws all 2^64 values for these dtypes only.
+    TORCH_CHECK_NOT_IMPLEMENTED(!c10::isBarebonesUnsignedType(type),
+                                "\"random_\" not implemented for '", type,
+                                "' (ember, as on the CPU)");
+    TORCH_CHECK(type == at::kLong || type == at::kDouble ||
+                    type == at::kFloat || type == at::kBFloat16,
+                "random_ from -2^63 without 'to' handles only int64, double, "
+                "float and bfloat16 (ember, as on the CPU), got ", type);
+    return {from, 0};
+  }
+  int64_t last = 0; // the largest value drawn
+  if (floating) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type,
+                                    "random_", [&] {
+      constexpr int digits = std::numeric_limits<scalar_t>::digits;
+      last = int64_t{1} << std::min(digits, 62);
+      from = templates::update_from<scalar_t>(from);
+      TORCH_CHECK(from < last, "random_ expects 'from' casted to dtype to be "
+                  "less than or equal to 'to_inc' casted to dtype, but got "
+                  "from=", from, " > to_inc=", last);
+    });
+  } else {
+    AT_DISPATCH_V2(type, "random_", AT_WRAP([&] {
+      // UInt64's maximum becomes -1 here, as in ATen: its bounds check then
+      // refuses a draw without `to` ("to - 1 is out of bounds").
+      last = static_cast<int64_t>(std::numeric_limits<scalar_t>::max());
+    }), AT_EXPAND(AT_INTEGRAL_TYPES_V2), at::kBool);
+  }
+  templates::check_from_to_in_range(from, last, self.dtype());
+  return {from, static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1};
+}
+
 // Integers: drawn as Long, then converted. The range follows the rules of
-// self's dtype (integerRange, chapter 10): without `to` it ends at the
-// largest integer the dtype holds exactly, and an integer dtype's `from`
-// and `to - 1` must lie in its range, as on the CPU (a uint8 tensor's
-// random_(0, 300) is refused, not wrapped).
+// self's dtype (randomBounds): without `to` it ends at the largest integer
+// the dtype holds exactly, and an integer dtype's `from` and `to - 1` must
+// lie in its range, as on the CPU (a uint8 tensor's random_(0, 300) is
+// refused, not wrapped).
 at::Tensor& randomFromAnyDtype_(at::Tensor& self, int64_t from,
                                 std::optional<int64_t> to,
                                 std::optional<at::Generator> generator) {
+  const auto [first, range] = randomBounds(self, from, to);
   if (drawsDirectly(self) || self.scalar_type() == at::kLong) {
-    return randomFrom_(self, from, to, generator);
+    return randomRange("aten::random_.from", self, first, range, generator);
   }
-  const auto [first, range] = integerRange(self, from, to);
   at::Tensor buffer = at::empty(self.sizes(), self.options().dtype(at::kLong));
   randomRange("aten::random_.from", buffer, first, range, generator);
   return self.copy_(buffer);
@@ -809,8 +880,17 @@ at::Tensor& randomToAnyDtype_(at::Tensor& self, int64_t to,
   return randomFromAnyDtype_(self, 0, to, generator);
 }
 
+// random_() without bounds: the CPU has no kernel for the unsigned types
+// beyond uint8 (uint16, uint32, uint64), whose bounds it would not know how
+// to take; random_(to) and random_(from, to) draw them.
 at::Tensor& randomAnyDtype_(at::Tensor& self,
                             std::optional<at::Generator> generator) {
+  if (self.numel() == 0) {
+    return self; // the CPU returns before looking at the dtype
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isBarebonesUnsignedType(self.scalar_type()),
+                              "\"random_\" not implemented for '",
+                              self.scalar_type(), "' (ember, as on the CPU)");
   return randomFromAnyDtype_(self, 0, std::nullopt, generator);
 }
 

@@ -7,6 +7,8 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
 #include "aten/EmberHostKernels.h"
@@ -18,30 +20,46 @@ namespace ember {
 
 // A reduction's TensorIterator has the output as operand 0 with stride 0
 // along every reduced dimension, so "out[i] += in[i]" over the iterator sums
-// each group into its output element. Chunks of the same output element must
-// not run at once, so the loop is serial. Where the innermost run is reduced
-// (output stride 0), it is summed in a wider accumulator first (double for
-// float, as ATen's CPU kernels do) and added once.
+// each group into its output element. Adding into the output itself would
+// round the partial sum to T at every pass over an outer reduced dimension
+// (summing dims 0 and 2 of a (7, 10, 5) float tensor rounds each result 7
+// times). So each output element accumulates in a slot of a wider type
+// (double for float, as in ATen's CPU kernels), in the kernel's own host
+// memory, and the output receives the slot rounded once per pass: the last
+// pass leaves the whole group's sum, rounded once. Passes over one output
+// element must not run at once, so the loop is serial.
 template <typename T>
 void sumLoop(const char* op, at::TensorIterator& iter) {
   using Acc = at::acc_type<T, /*is_cuda=*/false>;
-  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
+  // A slot per element offset from the output's first element (its strides
+  // are not negative; 0 along the reduced dimensions).
+  const at::Tensor& result = iter.output(0);
+  int64_t span = 1;
+  for (int64_t d = 0; d < result.dim(); ++d) {
+    span += (result.size(d) - 1) * result.stride(d);
+  }
+  std::vector<Acc> slots(span, Acc(0));
+  const char* first = static_cast<const char*>(iter.data_ptr(0));
   launch(op, iter, [&](const KernelOperands& operands) {
     iter.serial_for_each(
         [&](char** data, const int64_t* strides, int64_t n) {
           T* out = operands.at<T>(data, 0);
           const T* in = operands.at<T>(data, 1);
-          if (strides[0] == 0) {
+          Acc* slot = slots.data() + (data[0] - first) / int64_t{sizeof(T)};
+          if (strides[0] == 0) { // the innermost run is reduced: one group
             Acc acc = 0;
             if (strides[1] == sizeof(T)) {
               for (int64_t i = 0; i < n; ++i) acc += in[i];
             } else {
               for (int64_t i = 0; i < n; ++i) acc += element(in, strides[1], i);
             }
-            *out = static_cast<T>(*out + acc);
-          } else {
+            *slot += acc;
+            *out = static_cast<T>(*slot);
+          } else { // n outputs, one element each
+            const int64_t step = strides[0] / int64_t{sizeof(T)};
             for (int64_t i = 0; i < n; ++i) {
-              element(out, strides[0], i) += element(in, strides[1], i);
+              slot[i * step] += static_cast<Acc>(element(in, strides[1], i));
+              element(out, strides[0], i) = static_cast<T>(slot[i * step]);
             }
           }
         },

@@ -24,12 +24,15 @@ class StructuredOut final : public Native {
   void set_output_raw_strided(int64_t index, at::IntArrayRef sizes,
                               at::IntArrayRef strides,
                               at::TensorOptions options) override {
-    TORCH_CHECK(options.dtype() == out_.dtype(), "ember: expected the out= ",
-                "tensor to have dtype ", options.dtype(), ", but got ",
-                out_.dtype());
-    TORCH_CHECK(options.device() == out_.device(), "ember: expected the out= ",
-                "tensor to be on ", options.device(), ", but got ",
-                out_.device());
+    // In the words of the checks PyTorch generates for every backend's
+    // structured out= kernels (CUDA's say the same), which its tests and
+    // users match on.
+    TORCH_CHECK(options.dtype() == out_.dtype(), "Expected out tensor to ",
+                "have dtype ", options.dtype(), ", but got ", out_.dtype(),
+                " instead");
+    TORCH_CHECK(options.device() == out_.device(), "Expected out tensor to ",
+                "have device ", options.device(), ", but got ", out_.device(),
+                " instead");
     // resize_output warns when it resizes a non-empty out= tensor, like CPU.
     if (at::native::resize_output(out_, sizes)) {
       // A fresh result takes the layout meta() suggests (the input's).
