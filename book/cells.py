@@ -84,6 +84,10 @@ STABLE_EDIT_NOTE = (
 )
 
 
+# The book's wall rule: a diff longer than this is collapsed under a summary line.
+LONG_DIFF_LINES = 60
+
+
 @dataclass(frozen=True)
 class Revision:
     """What a revising cell shows: the new version against the one it replaces."""
@@ -115,7 +119,16 @@ class Revision:
         return f"{self._title()}\n{self.diff()}"
 
     def _repr_markdown_(self) -> str:
-        return f"{self._title()}\n\n```diff\n{self.diff()}\n```\n"
+        diff = self.diff()
+        block = f"```diff\n{diff}\n```\n"
+        lines = diff.splitlines()
+        if len(lines) <= LONG_DIFF_LINES:
+            return f"{self._title()}\n\n{block}"
+        # A long diff is a wall: the book and JupyterLab show its summary, the diff one click away.
+        added = sum(line.startswith("+") and not line.startswith("+++") for line in lines)
+        removed = sum(line.startswith("-") and not line.startswith("---") for line in lines)
+        summary = f"{added} lines added, {removed} removed ({len(lines)} lines of diff)"
+        return f"{self._title()}\n\n<details>\n<summary>{summary}</summary>\n\n{block}\n</details>\n"
 
 
 class Session:

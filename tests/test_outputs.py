@@ -12,6 +12,9 @@ The committed outputs are the book. They must not show
 * a wall of text: a stream or error output of more than 60 lines, unless the cell is tagged
   ``hide-output`` (the book collapses it). ``book.errors`` compacts long errors and keeps the full
   message in a collapsed HTML display, which is not counted;
+* a wall of code: more than 150 visible lines of code between two markdown cells (code cells'
+  sources, and the code and diffs their outputs display), or a diff of more than 60 lines shown
+  open (``book.cells.Revision`` collapses a longer one under a summary line);
 * a visible line wider than the page's column (88 characters), in a code cell's source or a stream
   output: it would scroll sideways, its end hidden. Cells whose input or output the book hides or
   removes (tags ``hide-input``, ``remove-input``, ``hide-output``, ``remove-output``, ``remove-cell``)
@@ -46,6 +49,8 @@ MACHINE = re.compile(
 )
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_LINES = 60
+MAX_CODE_RUN = 150  # visible lines of code between two stretches of prose
+MAX_OPEN_DIFF = 60  # lines of a diff shown open
 MAX_WIDTH = 88  # the rendered book's text column shows this many characters of code and plain output
 HIDE_INPUT = {"hide-input", "remove-input", "remove-cell"}
 HIDE_OUTPUT = {"hide-output", "remove-output", "remove-cell"}
@@ -94,6 +99,45 @@ def output_problems(path: Path) -> list[str]:
     return found
 
 
+def shown_code(output: dict[str, Any]) -> tuple[int, bool]:
+    """How many lines of code an output displays, and whether it is a diff shown open."""
+    data = output.get("data", {})
+    markdown = _joined(data.get("text/markdown", ""))
+    if "```diff" in markdown:
+        if "<details>" in markdown:  # collapsed: only its summary line is in view
+            return 1, False
+        diff = markdown.split("```diff\n", 1)[1].split("\n```", 1)[0]
+        return diff.count("\n") + 1, True
+    # IPython.display.Code: highlighted HTML, with LaTeX and plain-text forms.
+    if "text/latex" in data and "highlight" in _joined(data.get("text/html", "")):
+        return _joined(data.get("text/plain", "")).count("\n") + 1, False
+    return 0, False
+
+
+def code_walls(path: Path) -> list[str]:
+    """Runs of more than MAX_CODE_RUN visible lines of code with no prose between them, and open long diffs."""
+    found = []
+    run, first = 0, 0
+    cells = json.loads(path.read_text())["cells"]
+    for i, cell in enumerate([*cells, {"cell_type": "markdown"}]):
+        if cell["cell_type"] != "code":
+            if run > MAX_CODE_RUN:
+                found.append(f"{path.name}: cells {first}-{i - 1}: {run} lines of code without prose")
+            run, first = 0, i + 1
+            continue
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if not tags & HIDE_INPUT:
+            run += len(_joined(cell["source"]).splitlines())
+        if tags & HIDE_OUTPUT:
+            continue
+        for output in cell.get("outputs", []):
+            lines, open_diff = shown_code(output)
+            run += lines
+            if open_diff and lines > MAX_OPEN_DIFF:
+                found.append(f"{path.name}: cell {i}: a diff of {lines} lines shown open")
+    return found
+
+
 def wide_lines(text: str) -> list[int]:
     """The widths of the lines of `text` that are wider than the page's column."""
     return [len(line) for line in text.split("\n") if len(line) > MAX_WIDTH]
@@ -103,6 +147,12 @@ def wide_lines(text: str) -> list[int]:
 def test_saved_outputs_hold_for_every_reader(path: Path) -> None:
     problems = output_problems(path)
     assert not problems, "outputs that differ per machine or run, or are too long:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_walls_of_code(path: Path) -> None:
+    walls = code_walls(path)
+    assert not walls, "code without prose between it, or long diffs shown open:\n" + "\n".join(walls)
 
 
 def test_there_are_chapters() -> None:
@@ -201,3 +251,38 @@ def test_wide_source_lines_are_found(tmp_path: Path) -> None:
 
 def test_hidden_outputs_may_be_wide(tmp_path: Path) -> None:
     assert output_problems(notebook_with(tmp_path, stream("x" * 120), tags=["hide-output"])) == []
+
+
+def code_cell(lines: int, outputs: list[dict[str, Any]] | None = None, tags: list[str] | None = None) -> dict:
+    source = "".join(f"x = {i}\n" for i in range(lines))
+    return {"cell_type": "code", "metadata": {"tags": tags or []}, "outputs": outputs or [], "source": source}
+
+
+def prose() -> dict[str, Any]:
+    return {"cell_type": "markdown", "metadata": {}, "source": "Why the next cell matters."}
+
+
+def notebook_of(tmp_path: Path, *cells: dict[str, Any]) -> Path:
+    path = tmp_path / "walls.ipynb"
+    path.write_text(json.dumps({"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def diff_display(lines: int, collapsed: bool = False) -> dict[str, Any]:
+    diff = "```diff\n" + "".join(f"+x = {i}\n" for i in range(lines)) + "```\n"
+    markdown = f"title\n\n<details>\n<summary>s</summary>\n\n{diff}</details>\n" if collapsed else f"title\n\n{diff}"
+    return {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": markdown, "text/plain": ""}}
+
+
+def test_a_wall_of_code_is_found_and_prose_breaks_it(tmp_path: Path) -> None:
+    (wall,) = code_walls(notebook_of(tmp_path, prose(), code_cell(100), code_cell(51), prose()))
+    assert "cells 1-2: 151 lines of code without prose" in wall
+    assert not code_walls(notebook_of(tmp_path, code_cell(100), prose(), code_cell(100)))
+    assert not code_walls(notebook_of(tmp_path, code_cell(100), code_cell(100, tags=["hide-input"])))
+
+
+def test_a_long_diff_must_be_collapsed(tmp_path: Path) -> None:
+    (found,) = code_walls(notebook_of(tmp_path, code_cell(1, [diff_display(61)])))
+    assert "a diff of 61 lines shown open" in found
+    assert not code_walls(notebook_of(tmp_path, code_cell(1, [diff_display(61, collapsed=True)])))
+    assert not code_walls(notebook_of(tmp_path, code_cell(1, [diff_display(60)])))

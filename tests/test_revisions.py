@@ -74,3 +74,14 @@ def test_a_cell_the_reader_edited_is_compared_with_what_the_build_has():
     assert revision is not None and revision.version is None
     assert "(edited)" in revision.diff().splitlines()[1]
     assert "+  my_fallback(op, stack);" in revision.diff()
+
+
+def test_a_long_diff_is_collapsed_under_its_summary():
+    short = Revision(CppPart("01_x", "a", "old\n"), CppPart("02_y", "a", "new\n"), 2)
+    assert "<details>" not in short._repr_markdown_()
+    before = "".join(f"line {i}\n" for i in range(40))
+    after = "".join(f"line {i}\n" for i in range(40, 80))
+    long = Revision(CppPart("01_x", "a", before), CppPart("02_y", "a", after), 2)
+    shown = long._repr_markdown_()
+    assert "<summary>40 lines added, 40 removed (83 lines of diff)</summary>" in shown
+    assert shown.index("<details>") < shown.index("```diff") < shown.index("</details>")
