@@ -270,8 +270,14 @@ def notebook_of(tmp_path: Path, *cells: dict[str, Any]) -> Path:
 
 def diff_display(lines: int, collapsed: bool = False) -> dict[str, Any]:
     diff = "```diff\n" + "".join(f"+x = {i}\n" for i in range(lines)) + "```\n"
-    markdown = f"title\n\n<details>\n<summary>s</summary>\n\n{diff}</details>\n" if collapsed else f"title\n\n{diff}"
-    return {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": markdown, "text/plain": ""}}
+    markdown = (
+        f"title\n\n<details>\n<summary>s</summary>\n\n{diff}</details>\n" if collapsed else f"title\n\n{diff}"
+    )
+    return {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"text/markdown": markdown, "text/plain": ""},
+    }
 
 
 def test_a_wall_of_code_is_found_and_prose_breaks_it(tmp_path: Path) -> None:
