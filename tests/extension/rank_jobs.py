@@ -85,12 +85,17 @@ class Job:
                 found.append(f"rank {rank}:\n{result['detail']}")
         return found
 
-    def links_left(self) -> list[str]:
-        """The eccl links of this job's ranks still in /dev/shm (named /ember-eccl-PID-...)."""
+    def assert_ended(self, codes: list[int], limit_s: float) -> None:
+        """The job ended before its limit, its ranks with these exit codes, and left no eccl link in
+        /dev/shm (named /ember-eccl-PID-...)."""
         assert self.results is not None
+        assert not self.timed_out, f"{self.scenario} hung: killed after {limit_s} s"
+        ended = [process.returncode for process in self.processes]
+        assert ended == codes, "\n".join(self.log(rank) for rank in range(self.world))
         pids = [str(r.get("__pid__", {}).get("detail", "?")) for r in self.results]
-        return [
+        left = [
             p.name
             for p in Path("/dev/shm").iterdir()
             if p.name.startswith("ember-eccl-") and p.name.split("-")[2] in pids
         ]
+        assert not left, f"left in /dev/shm: {left}"

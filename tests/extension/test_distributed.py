@@ -78,14 +78,10 @@ def test_check(jobs: dict[str, Job], job_name: str, check: str) -> None:
 @pytest.mark.parametrize("job_name", list(JOBS))
 def test_job_ends_cleanly_and_leaves_no_link_in_dev_shm(jobs: dict[str, Job], job_name: str) -> None:
     job = jobs[job_name].finish()
-    assert not job.timed_out, f"{job_name} hung: killed after {JOB_LIMIT_S} s"
-    codes = [p.returncode for p in job.processes]
     expected = [0] * job.world
     if job.scenario == "killed":
         expected[-1] = -signal.SIGKILL
-    assert codes == expected, "\n".join(job.log(r) for r in range(job.world))
-    left = job.links_left()
-    assert not left, f"left in /dev/shm: {left}"
+    job.assert_ended(expected, JOB_LIMIT_S)
 
 
 def test_every_check_of_every_job_is_named_once() -> None:

@@ -57,9 +57,4 @@ def test_check(jobs: dict[str, Job], scenario: str, check: str) -> None:
 @pytest.mark.parametrize("scenario", list(JOBS))
 def test_job_ends_cleanly_and_leaves_no_link_in_dev_shm(jobs: dict[str, Job], scenario: str) -> None:
     # Every group's link, the subgroups' split from the default group included, is gone.
-    job = jobs[scenario].finish()
-    assert not job.timed_out, f"{scenario} hung: killed after {JOB_LIMIT_S} s"
-    codes = [p.returncode for p in job.processes]
-    assert codes == [0] * job.world, "\n".join(job.log(r) for r in range(job.world))
-    left = job.links_left()
-    assert not left, f"left in /dev/shm: {left}"
+    jobs[scenario].finish().assert_ended([0] * JOBS[scenario], JOB_LIMIT_S)
