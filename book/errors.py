@@ -80,7 +80,6 @@ decorations are ASCII: the book renders error outputs with Pygments'
 from __future__ import annotations
 
 import html
-import os
 import re
 import sys
 import textwrap
@@ -88,10 +87,9 @@ import traceback
 import types
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from book.paths import REPO
+from book.paths import REPO, cache_dir
 
 # A message longer than this is shown compacted.
 MAX_MESSAGE_LINES = 20
@@ -138,11 +136,6 @@ _UNBROKEN = re.compile(r"\.\.\. \(\d+ keys\)|\[[\w ]+\]")
 _FUNCTIONALITY_PREFIXES = ("SparseCsr", "Sparse", "Quantized", "NestedTensor", "Autograd", "Autocast")
 
 
-def _cache_root() -> str:
-    """book.paths.cache_dir() without creating it."""
-    return str(Path(os.environ.get("EMBER_BOOK_CACHE") or Path.home() / ".cache" / "ember-book"))
-
-
 def short_paths(text: str) -> str:
     """`text` with every path of this machine rewritten to one that holds for every reader.
 
@@ -159,7 +152,7 @@ def short_paths(text: str) -> str:
 
 
 def _short_paths(text: str) -> str:
-    text = text.replace(_cache_root() + "/", "<ember-cache>/")
+    text = text.replace(f"{cache_dir(create=False)}/", "<ember-cache>/")
     text = _SITE_PACKAGES.sub(lambda m: f"<{m[1]}>/" if m[1] else "<site-packages>/", text)
     text = _STDLIB.sub("<python>/", text)
     text = text.replace(f"{REPO}/", "")

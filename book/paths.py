@@ -12,13 +12,14 @@ CSRC = EXTENSION / "csrc"
 BOOK_CPP = Path(__file__).resolve().parent / "cpp"
 
 
-def cache_dir() -> Path:
+def cache_dir(create: bool = True) -> Path:
     """Build products: precompiled header, driver library, chapter builds.
 
     Override with EMBER_BOOK_CACHE (the benchmark uses this to measure cold
-    builds without touching the reader's cache).
+    builds without touching the reader's cache). `create=False` only names it
+    (book.errors shortens paths under it without making the folder).
     """
-    root = os.environ.get("EMBER_BOOK_CACHE") or Path.home() / ".cache" / "ember-book"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    path = Path(os.environ.get("EMBER_BOOK_CACHE") or Path.home() / ".cache" / "ember-book")
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path

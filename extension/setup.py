@@ -47,14 +47,14 @@ class BuildPy(build_py):
 
     build_py copies the package into build/lib... and never deletes there, and the wheel takes
     everything in build/lib: a module renamed or deleted in the sources would ship on, stale.
+    Sub-packages (torch_ember.compiler, torch_ember.device_module) are pruned as the top level is.
     """
 
     def run(self) -> None:
-        built = Path(self.build_lib) / "torch_ember"
-        if built.is_dir():
-            for module in built.glob("*.py"):
-                if not (HERE / "torch_ember" / module.name).exists():
-                    module.unlink()
+        build_lib = Path(self.build_lib)
+        for module in sorted((build_lib / "torch_ember").rglob("*.py")):
+            if not (HERE / module.relative_to(build_lib)).exists():
+                module.unlink()
         super().run()
 
 

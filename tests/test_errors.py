@@ -199,11 +199,13 @@ def test_short_paths(text: str, expected: str) -> None:
 
 
 def test_short_paths_names_the_build_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("EMBER_BOOK_CACHE", str(tmp_path))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EMBER_BOOK_CACHE", str(cache))
     assert (
-        errors.short_paths(f"{tmp_path}/builds/ember_02/main.cpp:3")
+        errors.short_paths(f"{cache}/builds/ember_02/main.cpp:3")
         == "<ember-cache>/builds/ember_02/main.cpp:3"
     )
+    assert not cache.exists()  # naming the cache (book.paths.cache_dir) does not make it
 
 
 # --- the width of the page ---------------------------------------------------------------------

@@ -6,14 +6,12 @@
 // worker to reach the event: two thread handoffs), queueing costs, and an
 // event timing of a 1 ms sleep. Medians of repeated runs, in microseconds.
 
+#include "bench_timing.h"
 #include "ember_driver.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <utility>
 #include <vector>
 
 namespace {
@@ -24,34 +22,6 @@ void check(emError_t status, const char* what) {
                  emGetErrorDetail(status));
     std::exit(1);
   }
-}
-
-double median_us(const std::function<void()>& fn, int reps, int inner) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < inner; ++i) fn();
-    const auto stop = std::chrono::steady_clock::now();
-    times.push_back(
-        std::chrono::duration<double, std::micro>(stop - start).count() /
-        inner);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-// Medians of a and b measured in alternation (same background load).
-std::pair<double, double> paired_median_us(const std::function<void()>& a,
-                                           const std::function<void()>& b,
-                                           int reps, int inner) {
-  std::vector<double> times_a, times_b;
-  for (int r = 0; r < reps; ++r) {
-    times_a.push_back(median_us(a, 1, inner));
-    times_b.push_back(median_us(b, 1, inner));
-  }
-  std::sort(times_a.begin(), times_a.end());
-  std::sort(times_b.begin(), times_b.end());
-  return {times_a[reps / 2], times_b[reps / 2]};
 }
 
 void empty_kernel(void*) {}

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .compare import BACKWARD_DTYPE
 
 HERE = Path(__file__).resolve().parent
 EXPECTED_FILE = HERE / "opinfo_expected_failures.toml"
 
-# reason -> (pattern matched against "UNIT KEY: detail", the text the file gives as its `why`).
-REASONS: dict[str, tuple[str, str]] = {
+# reason -> (pattern matched against "KEY: detail", the text the file gives as its `why`).
+Reasons = dict[str, tuple[str, str]]
+
+REASONS: Reasons = {
     "sparse": (
         r"'Sparse(Csr)?ember' backend",
         "Sparse layouts are not supported on ember. The only kernels at SparsePrivateUse1 and "
@@ -50,20 +54,20 @@ def unit_key(kind: str, op: str, dtype: str) -> str:
     return f"{kind} {op} {dtype}"
 
 
-def classify(key: str, detail: str) -> str | None:
+def classify(key: str, detail: str, reasons: Reasons = REASONS) -> str | None:
     """The reason a failure (`key`, the first line of its error) matches, or None."""
-    for reason, (pattern, _why) in REASONS.items():
+    for reason, (pattern, _why) in reasons.items():
         if re.search(pattern, f"{key}: {detail}"):
             return reason
     return None
 
 
-def group(failures: dict[str, str]) -> tuple[dict[str, list[str]], list[str]]:
-    """`failures` (unit key -> detail) grouped by reason, in REASONS' order, and the unclassified keys."""
-    grouped: dict[str, list[str]] = {reason: [] for reason in REASONS}
+def group(failures: dict[str, str], reasons: Reasons = REASONS) -> tuple[dict[str, list[str]], list[str]]:
+    """`failures` (key -> detail) grouped by reason, in the reasons' order, and the unclassified keys."""
+    grouped: dict[str, list[str]] = {reason: [] for reason in reasons}
     unclassified = []
     for key, detail in sorted(failures.items()):
-        reason = classify(key, detail)
+        reason = classify(key, detail, reasons)
         if reason is None:
             unclassified.append(key)
         else:
@@ -71,17 +75,26 @@ def group(failures: dict[str, str]) -> tuple[dict[str, list[str]], list[str]]:
     return grouped, unclassified
 
 
-def load_expected(path: Path = EXPECTED_FILE) -> dict[str, str]:
-    """Unit key ("forward OP DTYPE" / "backward OP float64") -> the reason it is expected to fail."""
+def read_expected(path: Path, keys_of: Callable[[dict[str, Any]], list[str]]) -> dict[str, str]:
+    """Key -> its reason, from an expected-failures file: one table per reason, with a `why` and the
+    keys `keys_of(table)` reads from it; a key listed under two reasons is an error."""
     table = tomllib.loads(path.read_text(encoding="utf-8"))
     expected: dict[str, str] = {}
     for reason, entry in table.items():
         if not (isinstance(entry.get("why"), str) and entry["why"].strip()):
             raise ValueError(f"{path.name}: [{reason}] needs a `why`")
-        keys = [unit_key("forward", *pair.split(" ")) for pair in entry.get("forward", [])]
-        keys += [unit_key("backward", op, BACKWARD_DTYPE) for op in entry.get("backward", [])]
-        for key in keys:
+        for key in keys_of(entry):
             if key in expected:
                 raise ValueError(f"{path.name}: {key} listed twice ([{expected[key]}] and [{reason}])")
             expected[key] = reason
     return expected
+
+
+def load_expected(path: Path = EXPECTED_FILE) -> dict[str, str]:
+    """Unit key ("forward OP DTYPE" / "backward OP float64") -> the reason it is expected to fail."""
+
+    def keys_of(entry: dict[str, Any]) -> list[str]:
+        keys = [unit_key("forward", *pair.split(" ")) for pair in entry.get("forward", [])]
+        return keys + [unit_key("backward", op, BACKWARD_DTYPE) for op in entry.get("backward", [])]
+
+    return read_expected(path, keys_of)

@@ -3,7 +3,7 @@
 The summary (`summary_json`, committed as strides_summary.json, no timings) counts the ops, samples,
 variants and ATen calls compared and lists every difference ("VARIANT aten.OP.OVERLOAD" -> the first
 sample's detail). The expected-differences file (strides_expected.toml) lists each difference under
-its reason (`REASONS`, matched against "KEY: detail" as reasons.py does for the OpInfo sweep); the
+its reason (`REASONS`, matched against "KEY: detail" by reasons.py, as the OpInfo sweep's are); the
 package's test is strict both ways, as the OpInfo sweep's is.
 """
 
@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import strides
+from . import reasons, strides
 from .compare import DEVICE
 from .run import Summary
 
@@ -31,7 +30,7 @@ def default_samples() -> int:
 
 
 # reason -> (pattern matched against "KEY: detail", the text the file gives as its `why`).
-REASONS: dict[str, tuple[str, str]] = {
+REASONS: reasons.Reasons = {
     "cpu_differs_too": (
         re.escape(strides.CPU_TOO),
         "PyTorch's own CPU kernel returns the same metadata for these inputs, and FakeTensor predicts "
@@ -51,10 +50,7 @@ REASONS: dict[str, tuple[str, str]] = {
 
 
 def classify(key: str, detail: str) -> str | None:
-    for reason, (pattern, _why) in REASONS.items():
-        if re.search(pattern, f"{key}: {detail}"):
-            return reason
-    return None
+    return reasons.classify(key, detail, REASONS)
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
@@ -98,14 +94,7 @@ def print_summary(data: dict[str, Any], out: Callable[[str], None] = print) -> N
 
 def write_expected(differences: dict[str, str], path: Path = EXPECTED_FILE) -> list[str]:
     """Write the expected-differences file; return the keys no reason matches (left out)."""
-    grouped: dict[str, list[str]] = {reason: [] for reason in REASONS}
-    unclassified = []
-    for key, detail in sorted(differences.items()):
-        reason = classify(key, detail)
-        if reason is None:
-            unclassified.append(key)
-        else:
-            grouped[reason].append(key)
+    grouped, unclassified = reasons.group(differences, REASONS)
     lines = [
         "# Expected differences of the stride sweep (extension/conformance/strides.py), checked by",
         "# tests/extension/test_ember_strides.py: every difference between an ember result's metadata and",
@@ -123,13 +112,4 @@ def write_expected(differences: dict[str, str], path: Path = EXPECTED_FILE) -> l
 
 def load_expected(path: Path = EXPECTED_FILE) -> dict[str, str]:
     """Difference key -> the reason it is expected."""
-    table = tomllib.loads(path.read_text(encoding="utf-8"))
-    expected: dict[str, str] = {}
-    for reason, entry in table.items():
-        if not (isinstance(entry.get("why"), str) and entry["why"].strip()):
-            raise ValueError(f"{path.name}: [{reason}] needs a `why`")
-        for key in entry.get("differences", []):
-            if key in expected:
-                raise ValueError(f"{path.name}: {key} listed twice ([{expected[key]}] and [{reason}])")
-            expected[key] = reason
-    return expected
+    return reasons.read_expected(path, lambda entry: list(entry.get("differences", [])))

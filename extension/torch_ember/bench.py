@@ -93,7 +93,6 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -101,6 +100,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_ember
+from torch_ember.bench_timing import Target, interleaved, median_us, ratio, synced, synchronize
 
 COPY_BYTES = 64 << 20
 ALLOC_BYTES = 1 << 20
@@ -108,20 +108,6 @@ ALLOC_PAIRS = 200  # allocate+free pairs per timed block
 ALLOC_PAIRS_USED = 20  # the same, writing the memory in between (a fresh driver block costs ~1 ms)
 PINNED_FLOATS = 1 << 18  # 1 MiB of float32, pinned
 PINNED_PAIRS = 20  # pinned allocate+free pairs per timed block (an uncached pair costs ~0.3 ms)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A key's target: `value <= bound` (`at_most`) or `value >= bound`."""
-
-    bound: float
-    at_most: bool
-
-    def met(self, value: float) -> bool:
-        return value <= self.bound if self.at_most else value >= self.bound
-
-    def __str__(self) -> str:
-        return f"{'<=' if self.at_most else '>='} {self.bound:g}"
 
 
 TARGETS: dict[str, Target] = {
@@ -160,50 +146,6 @@ STABLE_KEYS = (
     "memory_history_overhead_mlp_step",
     "profiler_overhead_mlp_step",
 )
-
-
-# -- Timing -------------------------------------------------------------------------------
-
-
-def _synchronize() -> None:
-    # PyTorch's generic call: the device guard's synchronizeDevice, emDeviceSynchronize from C++.
-    # torch.ember.synchronize() makes the same driver call through ctypes, about 1 us slower.
-    torch.accelerator.synchronize()
-
-
-def synced(call: Callable[[], object]) -> Callable[[], None]:
-    """`call`, then `torch.accelerator.synchronize()`: how every ember side is timed (its work finished)."""
-
-    def run() -> None:
-        call()
-        _synchronize()
-
-    return run
-
-
-def interleaved(calls: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[list[float]]:
-    """Seconds of each call in each round, the calls timed in turn within a round. Nothing is added
-    to a call: ember calls come wrapped in `synced`, CPU calls bare."""
-    for _ in range(warmup):
-        for call in calls:
-            call()
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(max(1, rounds)):
-        for call, samples in zip(calls, times, strict=True):
-            start = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - start)
-    return times
-
-
-def ratio(numerator: list[float], denominator: list[float]) -> float:
-    """The median over rounds of numerator / denominator, each pair timed back to back: load that
-    comes and goes during a run cancels within a round (it would skew a ratio of two medians)."""
-    return statistics.median(n / d for n, d in zip(numerator, denominator, strict=True))
-
-
-def median_us(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e6
 
 
 def _pair(numel: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -410,12 +352,12 @@ class TrainingStep:
 def fallback_calls(call: Callable[[], object]) -> tuple[int, list[str]]:
     """The calls that reach ember's CPU fallback while `call` runs, and their operators in order."""
     lib = _support_library()
-    _synchronize()
+    synchronize()
     lib.emberBenchRecordFallbackNames(1)
     before = lib.emberBenchFallbackCalls()
     try:
         call()
-        _synchronize()
+        synchronize()
     finally:
         after = lib.emberBenchFallbackCalls()
         lib.emberBenchRecordFallbackNames(0)
@@ -509,7 +451,7 @@ def _measure_memory_history(repeat: int, results: dict[str, float]) -> None:
     def recorded() -> None:
         memory._record_memory_history("all", stacks="python")
         step()
-        _synchronize()
+        synchronize()
         memory._record_memory_history(None)
 
     plain, with_history = interleaved([synced(step), recorded], max(3, repeat // 5))
@@ -626,11 +568,11 @@ def profile_step(name: str, steps: int = 5, rows: int = 15) -> str:
         step = TrainingStep(name, device)
         for _ in range(2):
             step()
-        _synchronize()
+        synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
             for _ in range(steps):
                 step()
-            _synchronize()
+            synchronize()
         averages = profiler.key_averages()
         tables.append(f"{name.upper()} step on {device}, {steps} steps, by self time:\n")
         tables.append(averages.table(sort_by="self_cpu_time_total", row_limit=rows))

@@ -57,7 +57,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import torch_ember  # noqa: F401 (registers ember and eccl in the spawned ranks)
-from torch_ember.bench import Target, interleaved, median_us, ratio, synced
+from torch_ember.bench_timing import Target, interleaved, median_us, ratio, synced
 
 WORLD = 2
 ALLREDUCE_BYTES = 64 << 20

@@ -6,17 +6,19 @@ every figure is measured and written, and that the counts and the targets mean w
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 import torch_ember
-from torch_ember import bench, bench_distributed
+from torch_ember import bench, bench_distributed, bench_timing
 
 
 def test_fallback_add_computes_on_the_cpu_and_returns_an_ember_tensor() -> None:
@@ -102,9 +104,9 @@ def test_allocator_timing_loop_frees_what_it_allocates() -> None:
 def test_only_the_ember_side_is_synchronized(monkeypatch: pytest.MonkeyPatch) -> None:
     # A CPU call is timed bare: a synchronize added to it would shrink every ember / CPU ratio.
     calls: list[str] = []
-    monkeypatch.setattr(bench, "_synchronize", lambda: calls.append("sync"))
-    samples = bench.interleaved(
-        [lambda: calls.append("cpu"), bench.synced(lambda: calls.append("ember"))], rounds=3, warmup=1
+    monkeypatch.setattr(bench_timing, "synchronize", lambda: calls.append("sync"))
+    samples = bench_timing.interleaved(
+        [lambda: calls.append("cpu"), bench_timing.synced(lambda: calls.append("ember"))], rounds=3, warmup=1
     )
     assert [len(times) for times in samples] == [3, 3]
     assert calls == ["cpu", "ember", "sync"] * 4
@@ -112,9 +114,25 @@ def test_only_the_ember_side_is_synchronized(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_ratio_is_the_median_of_the_rounds_ratios() -> None:
     # Round by round: a slow round (both sides 10x) does not move the figure.
-    assert bench.ratio([2.0, 20.0, 2.0], [1.0, 10.0, 1.0]) == 2.0
+    assert bench_timing.ratio([2.0, 20.0, 2.0], [1.0, 10.0, 1.0]) == 2.0
     # Per round 2, 0.2, 2: the figure is 2 (the ratio of the two medians would be 0.2).
-    assert bench.ratio([2.0, 2.0, 20.0], [1.0, 10.0, 10.0]) == 2.0
+    assert bench_timing.ratio([2.0, 2.0, 20.0], [1.0, 10.0, 10.0]) == 2.0
+
+
+def test_the_benchmarks_share_their_timing_and_neither_imports_the_other_to_load() -> None:
+    # bench_timing is the bottom; bench imports bench_distributed only for --distributed, inside main.
+    def imported(module: ModuleType) -> set[str]:
+        tree = ast.parse(Path(str(module.__file__)).read_text())
+        top = [node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module]
+        return {f"{node.module}.{alias.name}" for node in top for alias in node.names} | {
+            str(node.module) for node in top
+        }
+
+    assert not {name for name in imported(bench_timing) if name.startswith("torch_ember")}
+    assert "torch_ember.bench_timing" in imported(bench) & imported(bench_distributed)
+    assert not {"torch_ember.bench", "torch_ember.bench_distributed"} & imported(bench)
+    assert "torch_ember.bench" not in imported(bench_distributed)
+    assert bench.Target is bench_distributed.Target is bench_timing.Target
 
 
 def test_targets_read_both_ways() -> None:

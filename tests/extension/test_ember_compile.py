@@ -477,3 +477,13 @@ def test_two_ember_devices_in_one_graph_are_a_clear_error() -> None:
     # The process goes on: the same function compiles for one device.
     result = compiled(torch.ones(3, device=EMBER_1), torch.ones(3, device=EMBER_1))
     torch.testing.assert_close(result.cpu(), torch.full((3,), 3.0))
+
+
+def test_a_launcher_without_an_address_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Raised, not asserted: `python -O` must not hand generated kernels a null launcher.
+    class Library:
+        emberLaunchCompiled = ctypes.c_void_p(None)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda path: Library())
+    with pytest.raises(RuntimeError, match=r"^ember: emberLaunchCompiled in /lib/x\.so has no address$"):
+        torch_ember.compiler.launcher_address("/lib/x.so")

@@ -41,6 +41,17 @@ def test_pyproject_reads_the_version_from_the_package() -> None:
     assert f'__version__ = "{torch_ember.__version__}"' in source  # a literal: read without importing
 
 
+def test_the_python_it_requires_is_the_one_the_readme_names_and_lint_checks() -> None:
+    required = tomllib.loads((EXTENSION / "pyproject.toml").read_text())["project"]["requires-python"]
+    minimum = re.fullmatch(r">=3\.(\d+)", required)
+    assert minimum is not None, required
+    readme = (EXTENSION.parent / "README.md").read_text()
+    assert f"What the machine needs: Python 3.{minimum[1]}," in readme
+    makefile = (EXTENSION.parent / "Makefile").read_text()
+    assert f"--target-version py3{minimum[1]}" in makefile
+    assert sys.version_info >= (3, int(minimum[1]))
+
+
 def test_the_installed_package_was_built_as_a_platform_wheel() -> None:
     distribution = importlib.metadata.distribution(DISTRIBUTION)
     wheel = distribution.read_text("WHEEL")
@@ -53,16 +64,38 @@ def test_the_installed_package_was_built_as_a_platform_wheel() -> None:
     assert [(ep.name, ep.value) for ep in entry_points] == [("ember", "torch_ember:_autoload")]
 
 
+def _source_modules() -> set[str]:
+    return {path.relative_to(EXTENSION).as_posix() for path in (EXTENSION / "torch_ember").rglob("*.py")}
+
+
 def test_the_installed_package_holds_exactly_the_source_modules() -> None:
     # setup.py's BuildPy: a module deleted from the sources must not ship on from an old build directory.
     distribution = importlib.metadata.distribution(DISTRIBUTION)
     installed = {
-        file.name
+        file.as_posix()
         for file in distribution.files or []
-        if file.parent.as_posix() == "torch_ember" and file.suffix == ".py"
+        if file.parts[0] == "torch_ember" and file.suffix == ".py"
     }
-    sources = {path.name for path in (EXTENSION / "torch_ember").glob("*.py")}
-    assert installed == sources
+    assert installed == _source_modules()
+
+
+def test_build_py_drops_stale_modules_from_sub_packages_too(tmp_path: Path) -> None:
+    # An old build directory: a deleted module at the top, one in a sub-package, a deleted sub-package.
+    stale = ["torch_ember/gone.py", "torch_ember/compiler/gone.py", "torch_ember/gone_package/__init__.py"]
+    for name in stale:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
+        cwd=EXTENSION,
+        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    built = {path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.py")}
+    assert built == _source_modules()
 
 
 def test_the_build_backend_writes_the_wheels_metadata(tmp_path: Path) -> None:

@@ -336,12 +336,19 @@ Descriptor EcclBackend::describe(const std::string& name, c10d::OpType type,
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
   if (auto error = failed_->error()) {
+    // Whatever was stored, the caller gets a c10::Error naming eccl and the
+    // call, and the cause without its C++ backtrace.
+    std::string cause = "an exception that is not a std::exception";
     try {
       std::rethrow_exception(error);
     } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "eccl: ", call.name, ": the group failed earlier (",
-                  e.what_without_backtrace(), ")");
+      cause = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      cause = e.what();
+    } catch (...) {
     }
+    TORCH_CHECK(false, "eccl: ", call.name, ": the group failed earlier (",
+                cause, ")");
   }
   TORCH_CHECK(link_ != nullptr, "eccl: ", call.name, " after shutdown()");
   const c10::Device device = deviceFor(call.tensors, call.name);

@@ -13,27 +13,28 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emGetDeviceCount(int* count) {
-  clear_detail();
+  const EntryPoint entry;
   if (count == nullptr) return emErrorInvalidValue;
   *count = kNumDevices;
   return emSuccess;
 }
 
 emError_t emGetDevice(int* device) {
-  clear_detail();
+  const EntryPoint entry;
   if (device == nullptr) return emErrorInvalidValue;
   *device = current_device;
   return emSuccess;
 }
 
 emError_t emSetDevice(int device) {
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   current_device = device;
   return emSuccess;
 }
 
 emError_t emDeviceSynchronize(int device) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   return translate_exceptions([&] {
     Scheduler& sc = scheduler();

@@ -53,9 +53,9 @@ typedef struct emMemStats {
 } emMemStats;
 
 const char* emGetErrorString(emError_t error);
-// What exactly was wrong in this thread's latest failed call that returned
-// `error` ("" if the driver has nothing to add): for emErrorInvalidDevice, the
-// index and the valid range.
+// What exactly was wrong in this thread's latest call, if it returned `error`
+// ("" otherwise, and if the driver has nothing to add): for
+// emErrorInvalidDevice, the index and the valid range.
 const char* emGetErrorDetail(emError_t error);
 
 // Devices. The simulated machine has two ember devices, 0 and 1. The current

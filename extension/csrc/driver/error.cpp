@@ -13,7 +13,8 @@ namespace {
 
 // What went wrong in this thread's latest failed call, for emGetErrorDetail.
 // The detail belongs to one error code: a later failure with another code
-// (or a call that clears it) does not show stale text.
+// (or any later call: each starts by clearing it, EntryPoint) does not show
+// stale text.
 struct ErrorDetail {
   emError_t code = emSuccess;
   char text[192] = "";
@@ -22,7 +23,7 @@ thread_local ErrorDetail error_detail;
 
 } // namespace
 
-void clear_detail() {
+EntryPoint::EntryPoint() {
   error_detail.code = emSuccess;
 }
 

@@ -52,7 +52,7 @@ extern "C" {
 
 emError_t emSyncEventCreate(int device, emSyncEvent_t* event,
                             unsigned int flags) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   if (event == nullptr) return emErrorInvalidValue;
   if ((flags & ~static_cast<unsigned int>(emSyncEventDisableTiming)) != 0) {
@@ -70,7 +70,7 @@ emError_t emSyncEventCreate(int device, emSyncEvent_t* event,
 }
 
 emError_t emSyncEventDestroy(emSyncEvent_t event) {
-  clear_detail();
+  const EntryPoint entry;
   SyncEventPtr doomed; // released after the lock
   std::unique_lock<std::mutex> lock = lock_scheduler();
   const emError_t status = find_event(event, &doomed);
@@ -81,7 +81,7 @@ emError_t emSyncEventDestroy(emSyncEvent_t event) {
 
 emError_t emSyncEventRecord(emSyncEvent_t event, int device,
                             emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   const ActivityIssue issue =
       activities_enabled() ? begin_issue() : ActivityIssue{};
   Stream* reached = nullptr; // the stream, if it reached the event at once
@@ -136,7 +136,7 @@ emError_t emSyncEventRecord(emSyncEvent_t event, int device,
 }
 
 emError_t emSyncEventQuery(emSyncEvent_t event, int* done) {
-  clear_detail();
+  const EntryPoint entry;
   if (done == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   SyncEventPtr e;
@@ -148,7 +148,7 @@ emError_t emSyncEventQuery(emSyncEvent_t event, int* done) {
 }
 
 emError_t emSyncEventSynchronize(emSyncEvent_t event) {
-  clear_detail();
+  const EntryPoint entry;
   return translate_exceptions([&] {
     Scheduler& sc = scheduler();
     std::unique_lock<std::mutex> lock = lock_scheduler();
@@ -168,7 +168,7 @@ emError_t emSyncEventSynchronize(emSyncEvent_t event) {
 
 emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
                                 emSyncEvent_t event) {
-  clear_detail();
+  const EntryPoint entry;
   int event_device = -1;
   const emError_t status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
@@ -203,7 +203,7 @@ emError_t emStreamWaitSyncEvent(int device, emStream_t stream,
 
 emError_t emSyncEventElapsedTime(float* ms, emSyncEvent_t start,
                                  emSyncEvent_t end) {
-  clear_detail();
+  const EntryPoint entry;
   if (ms == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   SyncEventPtr a;

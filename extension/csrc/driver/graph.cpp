@@ -99,7 +99,7 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emStreamBeginCapture(int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   return translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
@@ -116,7 +116,7 @@ emError_t emStreamBeginCapture(int device, emStream_t stream) {
 }
 
 emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph) {
-  clear_detail();
+  const EntryPoint entry;
   if (graph == nullptr) return emErrorInvalidValue;
   return translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
@@ -147,7 +147,7 @@ emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph) {
 }
 
 emError_t emStreamIsCapturing(int device, emStream_t stream, int* capturing) {
-  clear_detail();
+  const EntryPoint entry;
   if (capturing == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   Stream* s = nullptr;
@@ -160,7 +160,7 @@ emError_t emStreamIsCapturing(int device, emStream_t stream, int* capturing) {
 emError_t emLaunchKernelByValue(void (*fn)(void* arg), const void* arg,
                                 size_t arg_size, void* const* buffers,
                                 size_t num_buffers) {
-  clear_detail();
+  const EntryPoint entry;
   // Taken on every path; handed on to emLaunchKernel when it runs now.
   const char* name = take_launch_name();
   if (fn == nullptr || (arg == nullptr && arg_size > 0) ||
@@ -192,7 +192,7 @@ emError_t emLaunchKernelByValue(void (*fn)(void* arg), const void* arg,
 }
 
 emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   std::shared_ptr<Graph> g;
   Stream* s = nullptr;
   emError_t status = translate_exceptions([&] {
@@ -253,7 +253,7 @@ emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream) {
 }
 
 emError_t emGraphGetNodeCount(emGraph_t graph, size_t* count) {
-  clear_detail();
+  const EntryPoint entry;
   if (count == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   std::shared_ptr<Graph> g;
@@ -264,7 +264,7 @@ emError_t emGraphGetNodeCount(emGraph_t graph, size_t* count) {
 }
 
 emError_t emGraphDestroy(emGraph_t graph) {
-  clear_detail();
+  const EntryPoint entry;
   std::shared_ptr<Graph> g;
   {
     std::unique_lock<std::mutex> lock = lock_scheduler();

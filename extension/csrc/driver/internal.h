@@ -47,8 +47,16 @@ constexpr int kNumDevices = 2;
 // ---------------------------------------------------------------------------
 // Errors (error.cpp).
 
-// Clears this thread's error detail (a call that succeeds says nothing stale).
-void clear_detail();
+// The first statement of every C entry point (`const EntryPoint entry;`;
+// test_driver_selftest.py checks that each one has it): the call starts with
+// this thread's error detail cleared, so a call that succeeds, or fails
+// without saying why, shows nothing stale from an earlier call. One guard
+// rather than a call each entry point must remember.
+struct EntryPoint {
+  EntryPoint();
+  EntryPoint(const EntryPoint&) = delete;
+  EntryPoint& operator=(const EntryPoint&) = delete;
+};
 // Returns `code` and keeps the formatted text for emGetErrorDetail.
 __attribute__((format(printf, 2, 3))) emError_t fail(emError_t code,
                                                       const char* format,

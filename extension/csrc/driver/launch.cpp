@@ -43,7 +43,7 @@ emError_t find_buffers(void* const* buffers, size_t num_buffers,
 extern "C" {
 
 emError_t emGetKernelOffset(ptrdiff_t* offset) {
-  clear_detail();
+  const EntryPoint entry;
   if (offset == nullptr || kernel_depth == 0) return emErrorInvalidValue;
   *offset = state().region.offset;
   return emSuccess;
@@ -51,7 +51,7 @@ emError_t emGetKernelOffset(ptrdiff_t* offset) {
 
 emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
                          void* const* buffers, size_t num_buffers) {
-  clear_detail();
+  const EntryPoint entry;
   const char* name = take_launch_name();
   // Timed only while a profiler listens (tracer.cpp): one relaxed load.
   const ActivityIssue issue =
@@ -105,7 +105,7 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
 emError_t emLaunchKernelAsync(void (*fn)(void* arg), void* arg,
                               void* const* buffers, size_t num_buffers,
                               int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   const char* name = take_launch_name();
   const ActivityIssue issue =
       activities_enabled() ? begin_issue() : ActivityIssue{};
@@ -149,7 +149,7 @@ emError_t emLaunchKernelAsync(void (*fn)(void* arg), void* arg,
 }
 
 emError_t emKernelFail(const char* detail) {
-  clear_detail();
+  const EntryPoint entry;
   Stream* s = worker_stream;
   if (s == nullptr) {
     return fail(emErrorInvalidValue,

@@ -49,7 +49,7 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emLinkOpen(const char* name, size_t size, int create, void** ptr) {
-  clear_detail();
+  const EntryPoint entry;
   if (ptr == nullptr) return emErrorInvalidValue;
   *ptr = nullptr;
   if (name == nullptr || size == 0) {
@@ -145,7 +145,7 @@ emError_t emLinkOpen(const char* name, size_t size, int create, void** ptr) {
 }
 
 emError_t emLinkUnlink(const char* name) {
-  clear_detail();
+  const EntryPoint entry;
   if (name == nullptr) return emErrorInvalidValue;
   if (shm_unlink(name) != 0) {
     const int err = errno;
@@ -159,7 +159,7 @@ emError_t emLinkUnlink(const char* name) {
 }
 
 emError_t emLinkClose(void* ptr) {
-  clear_detail();
+  const EntryPoint entry;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.allocations.find(addr(ptr));

@@ -286,7 +286,7 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emMalloc(void** ptr, size_t size) {
-  clear_detail();
+  const EntryPoint entry;
   if (ptr == nullptr) return emErrorInvalidValue;
   *ptr = nullptr;
   if (size == 0) return emSuccess;
@@ -336,7 +336,7 @@ emError_t emMalloc(void** ptr, size_t size) {
 }
 
 emError_t emFree(void* ptr) {
-  clear_detail();
+  const EntryPoint entry;
   if (ptr == nullptr) return emSuccess;
   // Declared before the lock so that returning the range (if this is the last
   // reference) happens after the mutex is released.
@@ -371,7 +371,7 @@ emError_t emFree(void* ptr) {
 }
 
 emError_t emPointerGetDevice(const void* ptr, int* device) {
-  clear_detail();
+  const EntryPoint entry;
   if (ptr == nullptr || device == nullptr) return emErrorInvalidValue;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -383,7 +383,7 @@ emError_t emPointerGetDevice(const void* ptr, int* device) {
 
 emError_t emMemcpy(void* dst, const void* src, size_t count,
                    emMemcpyKind kind) {
-  clear_detail();
+  const EntryPoint entry;
   std::vector<AllocationPtr> allocs;
   const emError_t status = check_copy(dst, src, count, kind, allocs);
   if (status != emSuccess || count == 0) return status;
@@ -424,7 +424,7 @@ emError_t emMemcpy(void* dst, const void* src, size_t count,
 }
 
 emError_t emMemGetStats(int device, emMemStats* stats) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   if (stats == nullptr) return emErrorInvalidValue;
   std::lock_guard<std::mutex> lock(state().mutex);
@@ -433,7 +433,7 @@ emError_t emMemGetStats(int device, emMemStats* stats) {
 }
 
 emError_t emMemGetInfo(int device, size_t* free, size_t* total) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   if (free == nullptr || total == nullptr) return emErrorInvalidValue;
   State& s = state();
@@ -446,6 +446,7 @@ emError_t emMemGetInfo(int device, size_t* free, size_t* total) {
 }
 
 emError_t emMemResetPeak(int device) {
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   std::lock_guard<std::mutex> lock(state().mutex);
   emMemStats& stats = state().stats[device];

@@ -347,7 +347,7 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emStreamCreate(int device, emStream_t* stream) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   if (stream == nullptr) return emErrorInvalidValue;
   return translate_exceptions([&] {
@@ -370,7 +370,7 @@ emError_t emStreamCreate(int device, emStream_t* stream) {
 }
 
 emError_t emStreamQuery(int device, emStream_t stream, int* idle) {
-  clear_detail();
+  const EntryPoint entry;
   if (idle == nullptr) return emErrorInvalidValue;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   Stream* s = nullptr;
@@ -381,7 +381,7 @@ emError_t emStreamQuery(int device, emStream_t stream, int* idle) {
 }
 
 emError_t emStreamSynchronize(int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   return translate_exceptions([&] {
     Scheduler& sc = scheduler();
     std::unique_lock<std::mutex> lock = lock_scheduler();
@@ -399,7 +399,7 @@ emError_t emStreamSynchronize(int device, emStream_t stream) {
 }
 
 emError_t emGetStream(int device, emStream_t* stream) {
-  clear_detail();
+  const EntryPoint entry;
   if (!valid_device(device)) return invalid_device(device);
   if (stream == nullptr) return emErrorInvalidValue;
   Stream* s = current_streams[device];
@@ -408,7 +408,7 @@ emError_t emGetStream(int device, emStream_t* stream) {
 }
 
 emError_t emSetStream(int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   std::unique_lock<std::mutex> lock = lock_scheduler();
   Stream* s = nullptr;
   const emError_t status = find_stream(device, stream, &s);
@@ -419,7 +419,7 @@ emError_t emSetStream(int device, emStream_t stream) {
 
 emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
                         emMemcpyKind kind, int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   const ActivityIssue issue =
       activities_enabled() ? begin_issue() : ActivityIssue{};
   std::vector<AllocationPtr> allocs;
@@ -456,7 +456,7 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
 }
 
 emError_t emSleepAsync(uint64_t microseconds, int device, emStream_t stream) {
-  clear_detail();
+  const EntryPoint entry;
   const ActivityIssue issue =
       activities_enabled() ? begin_issue() : ActivityIssue{};
   const emError_t status = translate_exceptions([&] {

@@ -159,6 +159,7 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emSetEventCallback(emEventCallback callback, void* user) {
+  const EntryPoint entry;
   CallbackSlot& slot = callback_slot();
   std::lock_guard<std::mutex> lock(slot.mutex);
   slot.callback = callback;
@@ -167,6 +168,7 @@ emError_t emSetEventCallback(emEventCallback callback, void* user) {
 }
 
 emError_t emSetActivityCallback(emActivityCallback callback, void* user) {
+  const EntryPoint entry;
   CallbackSlot& slot = callback_slot();
   std::lock_guard<std::mutex> lock(slot.mutex);
   slot.activity_callback = callback;
@@ -176,7 +178,7 @@ emError_t emSetActivityCallback(emActivityCallback callback, void* user) {
 }
 
 emError_t emActivityPushCorrelationId(uint64_t id) {
-  clear_detail();
+  const EntryPoint entry;
   return translate_exceptions([&] {
     correlation_stack.push_back(id);
     return emSuccess;
@@ -184,7 +186,7 @@ emError_t emActivityPushCorrelationId(uint64_t id) {
 }
 
 emError_t emActivityPopCorrelationId(uint64_t* id) {
-  clear_detail();
+  const EntryPoint entry;
   if (correlation_stack.empty()) {
     return fail(emErrorInvalidValue, "the correlation stack is empty");
   }
@@ -194,12 +196,13 @@ emError_t emActivityPopCorrelationId(uint64_t* id) {
 }
 
 emError_t emSetNextLaunchName(const char* name) {
+  const EntryPoint entry;
   next_launch_name = name;
   return emSuccess;
 }
 
 emError_t emSetEventKindEnabled(emEventKind kind, int enabled) {
-  clear_detail();
+  const EntryPoint entry;
   if (kind < emEventMalloc || kind > emEventStreamWaitSyncEvent) {
     return fail(emErrorInvalidValue, "unknown event kind %d",
                 static_cast<int>(kind));

@@ -152,14 +152,14 @@ using namespace ember::driver::detail;
 extern "C" {
 
 emError_t emMemGetGranularity(size_t* granularity) {
-  clear_detail();
+  const EntryPoint entry;
   if (granularity == nullptr) return emErrorInvalidValue;
   *granularity = page_size();
   return emSuccess;
 }
 
 emError_t emMemAddressReserve(void** ptr, size_t size) {
-  clear_detail();
+  const EntryPoint entry;
   if (ptr == nullptr) return emErrorInvalidValue;
   *ptr = nullptr;
   if (!page_multiple(size)) {
@@ -188,7 +188,7 @@ emError_t emMemAddressReserve(void** ptr, size_t size) {
 }
 
 emError_t emMemAddressFree(void* ptr) {
-  clear_detail();
+  const EntryPoint entry;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.reservations.find(addr(ptr));
@@ -214,7 +214,7 @@ emError_t emMemAddressFree(void* ptr) {
 }
 
 emError_t emMemMap(void* ptr, size_t size) {
-  clear_detail();
+  const EntryPoint entry;
   const uintptr_t p = addr(ptr);
   if (!page_multiple(size) || p % page_size() != 0) {
     return fail(emErrorInvalidValue,
@@ -295,7 +295,7 @@ emError_t emMemMap(void* ptr, size_t size) {
 }
 
 emError_t emMemUnmap(void* ptr, size_t size) {
-  clear_detail();
+  const EntryPoint entry;
   const uintptr_t p = addr(ptr);
   std::vector<AllocationPtr> pieces; // dropped after the lock is released
   State& s = state();

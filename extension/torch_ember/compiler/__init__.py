@@ -41,7 +41,8 @@ def launcher_address(library: str | Path) -> int:
     """The address of `emberLaunchCompiled` in the backend's shared library."""
     launcher = ctypes.CDLL(str(library)).emberLaunchCompiled
     address = ctypes.cast(launcher, ctypes.c_void_p).value
-    assert address is not None
+    if address is None:  # the symbol resolved to NULL: no launcher to point kernels at
+        raise RuntimeError(f"ember: emberLaunchCompiled in {library} has no address")
     return address
 
 

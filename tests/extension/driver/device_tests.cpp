@@ -33,6 +33,18 @@ void test_devices() {
   CHECK_OK(emGetDevice(&device));
   CHECK(device == 1); // a failed set leaves the current device alone
 
+  // A call's error detail is its own: after a set that succeeds, an earlier
+  // call's detail for the same code is gone.
+  emStream_t stream = -1;
+  CHECK_EM(emStreamCreate(5, &stream), emErrorInvalidDevice);
+  CHECK(detail_has(emErrorInvalidDevice, "device index 5 is out of range"));
+  CHECK_OK(emSetDevice(1));
+  CHECK(std::strcmp(emGetErrorDetail(emErrorInvalidDevice), "") == 0);
+  CHECK_EM(emSetDevice(7), emErrorInvalidDevice);
+  CHECK(detail_has(emErrorInvalidDevice, "device index 7 is out of range"));
+  CHECK_OK(emMemResetPeak(0));
+  CHECK(std::strcmp(emGetErrorDetail(emErrorInvalidDevice), "") == 0);
+
   // The current device is per thread: a new thread starts at 0.
   int other = -1;
   std::thread([&] { emGetDevice(&other); }).join();

@@ -87,6 +87,19 @@ def test_a_bad_capacity_is_reported_and_ignored(selftest: Path) -> None:
     assert 'ignoring EMBER_DEVICE_MEMORY_BYTES="lots"' in result.stderr
 
 
+def test_every_entry_point_starts_with_its_error_detail_cleared() -> None:
+    """Each C entry point opens with the EntryPoint guard, so none can show an earlier call's detail."""
+    declared = set(re.findall(r"^emError_t (em\w+)\(", (DRIVER / "ember_driver.h").read_text(), re.MULTILINE))
+    opened: dict[str, str] = {}
+    for source in sorted(DRIVER.glob("*.cpp")):
+        for name, first in re.findall(
+            r"^emError_t (em\w+)\(.*?\) \{\n([^\n]*)\n", source.read_text(), re.MULTILINE | re.DOTALL
+        ):
+            opened[name] = first.strip()
+    assert set(opened) == declared  # every declared entry point is defined, in this form
+    assert {name for name, first in opened.items() if first != "const EntryPoint entry;"} == set()
+
+
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
