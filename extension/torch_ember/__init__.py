@@ -106,6 +106,12 @@ compiler.use_launcher(_C.__file__)
 deferred.run_after_import(lambda: compiler.device_interface.register(device_module), ["torch._dynamo"])
 deferred.run_after_import(lambda: compiler.register(device_module, _C.__file__))
 
+# Forward-mode AD through the fused recurrent cells: registered when PyTorch registers its own forward-AD
+# decompositions (the first make_dual imports the module below).
+from torch_ember import forward_ad  # noqa: E402
+
+deferred.run_after_import(forward_ad.register, ["torch._decomp.decompositions_for_jvp"])
+
 # torch.distributed: eccl, the collective backend for ember devices (csrc/distributed). Registered
 # now, so that `import torch_ember` alone is enough for init_process_group, DDP and FSDP2.
 from torch_ember import distributed  # noqa: E402

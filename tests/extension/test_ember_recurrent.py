@@ -54,3 +54,46 @@ def test_recurrent_layer_matches_cpu(
     torch.testing.assert_close(x_ember.grad.cpu(), x.grad)
     for (name, p), p_ember in zip(cpu.named_parameters(), ember.parameters(), strict=True):
         torch.testing.assert_close(p_ember.grad.cpu(), p.grad, msg=f"gradient of {name}")
+
+
+# ---- forward-mode AD (issue 26) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layer", [nn.GRUCell, nn.LSTMCell], ids=["GRUCell", "LSTMCell"])
+def test_jvp_and_jacfwd_through_a_fused_cell_equal_the_cpus(layer: type[nn.Module], bias: bool) -> None:
+    """On ember ATen runs the fused cell, which has no forward formula; torch_ember's forward-AD
+    decomposition gives jvp and jacfwd the CPU's values (the CPU runs the unfused composite)."""
+    torch.manual_seed(0)
+    cpu = layer(3, 4, bias=bias).double()
+    ember = layer(3, 4, bias=bias).double().to("ember")
+    ember.load_state_dict(cpu.state_dict())
+    x, tangent, h = torch.randn(2, 3).double(), torch.randn(2, 3).double(), torch.randn(2, 4).double()
+    state = (h, h.flip(0)) if layer is nn.LSTMCell else h
+    ember_state = tuple(s.to("ember") for s in state) if isinstance(state, tuple) else state.to("ember")
+
+    def transforms(module: nn.Module, device: str, hidden: object) -> tuple[object, object]:
+        def step(a: torch.Tensor) -> object:
+            return module(a, hidden)
+
+        primal = x.to(device)
+        return torch.func.jvp(step, (primal,), (tangent.to(device),)), torch.func.jacfwd(step)(primal)
+
+    results = [transforms(cpu, "cpu", state), transforms(ember, "ember", ember_state)]
+    expected, got = (torch.utils._pytree.tree_flatten(r)[0] for r in results)
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got, strict=True):
+        assert g.device.type == "ember"
+        torch.testing.assert_close(g.cpu(), e)
+
+
+def test_the_decomposition_serves_ember_only() -> None:
+    """The forward-AD registry is per operator: another device's call is still refused with PyTorch's
+    sentence, raised through TorchScript's interpreter (torch.jit.Error, no longer NotImplementedError)."""
+    torch.func.jvp(torch.sin, (torch.ones(1),), (torch.ones(1),))  # forward AD used: registered
+    gates, hidden = torch.randn(2, 9), torch.randn(2, 3)
+    op = torch.ops.aten._thnn_fused_gru_cell
+    with pytest.raises(
+        torch.jit.Error, match="NotImplementedError: Trying to use forward AD with _thnn_fused_gru_cell"
+    ):
+        torch.func.jvp(lambda g: op(g, gates, hidden), (gates,), (gates,))
