@@ -260,6 +260,93 @@ def test_a_graph_of_extern_kernels_alone_gets_its_side_streams_guard() -> None:
     assert torch._inductor.scheduler.device_need_guard is torch._inductor.utils.device_need_guard
 
 
+# Races made deterministic as in test_ember_streams.py: a stream is kept busy with `_sleep` far
+# longer than the host needs to reach the read. Ember's kernels run on the host thread, in order
+# on their stream, so only queued work (a sleep, a non_blocking copy from pinned memory) can race.
+SLEEP_US = 300_000
+
+
+def side_reads_callers_work(x: torch.Tensor, side: torch.Stream, fork: bool) -> torch.Tensor:
+    main = torch.ember.current_stream()
+    if fork:
+        side.wait_stream(main)
+    with torch.ember.stream(side):
+        y = (x * 2).relu()
+    main.wait_stream(side)
+    return y + 1
+
+
+def caller_reads_sides_work(host: torch.Tensor, side: torch.Stream, join: bool) -> torch.Tensor:
+    main = torch.ember.current_stream()
+    side.wait_stream(main)
+    with torch.ember.stream(side):
+        y = host.to(EMBER, non_blocking=True)
+    if join:
+        main.wait_stream(side)
+    return y * 2 + 1
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_side_stream_waits_for_the_callers_queued_work(mode: str) -> None:
+    """The graph's input is written by a copy queued on the caller's stream behind a sleep: the
+    side stream reads it after the copy only if it waited (`side.wait_stream(main)`)."""
+    side = torch.ember.Stream()
+    fn = side_reads_callers_work
+    run = fn if mode == "eager" else torch.compile(fn, fullgraph=True)
+    x = torch.zeros(64, device=EMBER)
+    for seed, fork in enumerate((True, False)):
+        run(x, side, fork)  # compiled before the race
+        host = sample(64, seed=seed).pin_memory()
+        x.zero_()
+        torch.ember._sleep(SLEEP_US)
+        x.copy_(host, non_blocking=True)  # queued behind the sleep
+        got = run(x, side, fork).cpu()
+        assert torch.equal(got, fn(host, side, fork)) is fork  # without the wait: x still zeros
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_the_caller_waits_for_a_side_streams_queued_work(mode: str) -> None:
+    """The side stream's copy is queued behind a sleep: the caller's stream reads its result after
+    the copy only if it waited (`main.wait_stream(side)`)."""
+    side = torch.ember.Stream()
+    fn = caller_reads_sides_work
+    run = fn if mode == "eager" else torch.compile(fn, fullgraph=True)
+    for seed, join in enumerate((True, False)):
+        host = sample(64, seed=seed).pin_memory()
+        run(host, side, join)  # compiled before the race
+        torch.ember.synchronize()
+        host.copy_(sample(64, seed=seed + 10))  # values the block the copy lands in never held
+        with torch.ember.stream(side):
+            torch.ember._sleep(SLEEP_US)
+        got = run(host, side, join).cpu()
+        torch.ember.synchronize()
+        assert torch.equal(got, host * 2 + 1) is join
+
+
+def sin_on_a_side_stream(t: torch.Tensor, side: torch.Stream) -> torch.Tensor:
+    main = torch.ember.current_stream()
+    side.wait_stream(main)
+    with torch.ember.stream(side):
+        u = t.sin() * 2
+    main.wait_stream(side)
+    return u + 1
+
+
+def test_streams_change_no_bit_of_a_compiled_result() -> None:
+    """A side-stream graph computes what the same graph without streams does, bit for bit, and
+    what eager does within assert_close's tolerance. Against the CPU's eager result,
+    `torch.allclose`'s defaults (atol 1e-8) can fail by themselves: Inductor's sin and ATen's may
+    differ by an ulp, which near a zero of 2 sin t + 1 is more than 1e-8 + 1e-5 * |result|.
+    Whether an element lands there depends on the input and the vector ISA, not on the streams:
+    with ATEN_CPU_CAPABILITY=default, chapter 18's input had one (1.2e-3, 6e-8 apart)."""
+    side = torch.ember.Stream()
+    t = sample(16, 256)
+    with_streams = torch.compile(sin_on_a_side_stream, fullgraph=True)(t.to(EMBER), side).cpu()
+    plain = torch.compile(lambda t: t.sin() * 2 + 1, fullgraph=True)(t.to(EMBER)).cpu()
+    assert torch.equal(with_streams, plain)
+    torch.testing.assert_close(with_streams, t.sin() * 2 + 1)
+
+
 def with_an_event(x: torch.Tensor) -> torch.Tensor:
     event = torch.Event(device="ember")
     y = (x * 2).relu()
