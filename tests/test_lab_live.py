@@ -45,7 +45,16 @@ WIDGET_CHAPTER = "02_minimal_ops.ipynb"  # its dispatch tables get the live cont
 MARKUP_CHAPTER = "01_allocator.ipynb"  # opened, not run: exercises, solutions, %%cpp and %%py cells
 SCREENSHOTS = os.environ.get("EMBER_LAB_SCREENSHOTS")
 # C++ keywords that are plain names in Python: highlighted as keywords only if the cell is C++.
-CPP_ONLY_KEYWORDS = {"namespace", "struct", "const", "constexpr", "static", "override", "noexcept", "template"}
+CPP_ONLY_KEYWORDS = {
+    "namespace",
+    "struct",
+    "const",
+    "constexpr",
+    "static",
+    "override",
+    "noexcept",
+    "template",
+}
 START_TIMEOUT = 60  # s, JupyterLab's server up
 RUN_TIMEOUT = 240  # s per chapter (a warm cache runs each in well under a minute)
 
