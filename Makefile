@@ -24,7 +24,16 @@ $(VENV)/.installed: requirements.txt
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ember-book.pth"
 	touch $@
 
-setup: $(VENV)/.installed
+# The book's JupyterLab extension (labextension/: `%%cpp` cells edited as C++), copied to where JupyterLab
+# finds prebuilt extensions in the venv. Handwritten JavaScript: nothing to build, nothing fetched.
+LABEXTENSION := $(VENV)/share/jupyter/labextensions/ember-book-lab
+$(VENV)/.labextension-installed: $(VENV)/.installed labextension/package.json $(wildcard labextension/static/*)
+	rm -rf $(LABEXTENSION)
+	mkdir -p $(LABEXTENSION)
+	cp -r labextension/package.json labextension/static $(LABEXTENSION)/
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/.labextension-installed
 
 # The package's compiler: Clang where it is installed (a quarter to a third less CPU per file than GCC;
 # Clang uses GCC's C++ library and ABI, as the chapters' builds do), else the system's c++.

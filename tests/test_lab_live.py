@@ -8,11 +8,15 @@ Run ▸ Run All Cells, waits for the kernel, saves the copy (File ▸ Save Noteb
 and a stream on stderr look alike, the saved file tells them apart) and fails on any error output in a
 cell not tagged ``raises-exception`` and on any cell Run All did not reach. It also checks that the saved widgets show styled before anything runs
 (JupyterLab's sanitizer drops <style> blocks from untrusted outputs) and that the live dispatch-table
-widget answers its controls. Chromium and its driver are Debian's (`chromium`, `chromium-driver`).
+widget answers its controls. Before anything runs it also opens chapter 01 and checks that it reads as
+the book does: its MyST exercises and solutions rendered by jupyterlab-myst (not literal ``:::``), its
+``%%cpp`` cells highlighted as C++ by the book's own extension (``labextension/``), its ``%%py`` cells
+as Python. Chromium and its driver are Debian's (`chromium`, `chromium-driver`).
 
 Run it alone (`make test` does, after the chapters' nbval run, when their builds are cached):
     TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pytest -p no:cacheprovider tests/test_lab_live.py
 EMBER_LAB_TEST_CHAPTERS=DIR takes the notebooks from DIR instead of chapters/ (e.g. executed copies).
+EMBER_LAB_SCREENSHOTS=DIR saves a screenshot of each cell the markup test looks at, to look at.
 """
 
 from __future__ import annotations
@@ -38,6 +42,19 @@ JUPYTER = Path(sys.executable).with_name("jupyter")
 SOURCE = Path(os.environ.get("EMBER_LAB_TEST_CHAPTERS") or ROOT / "chapters")
 CHAPTERS = ["02_minimal_ops.ipynb", "13_renaming.ipynb"]
 WIDGET_CHAPTER = "02_minimal_ops.ipynb"  # its dispatch tables get the live controls
+MARKUP_CHAPTER = "01_allocator.ipynb"  # opened, not run: exercises, solutions, %%cpp and %%py cells
+SCREENSHOTS = os.environ.get("EMBER_LAB_SCREENSHOTS")
+# C++ keywords that are plain names in Python: highlighted as keywords only if the cell is C++.
+CPP_ONLY_KEYWORDS = {
+    "namespace",
+    "struct",
+    "const",
+    "constexpr",
+    "static",
+    "override",
+    "noexcept",
+    "template",
+}
 START_TIMEOUT = 60  # s, JupyterLab's server up
 RUN_TIMEOUT = 240  # s per chapter (a warm cache runs each in well under a minute)
 
@@ -88,7 +105,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("lab")
     folder = tmp / "chapters"
     folder.mkdir()
-    for name in CHAPTERS:
+    for name in [*CHAPTERS, MARKUP_CHAPTER]:
         shutil.copy(SOURCE / name, folder / name)
     settings = tmp / "settings"
     for path, value in SETTINGS.items():
@@ -259,6 +276,120 @@ def test_saved_widgets_show_styled_in_an_untrusted_notebook(browser, lab: Lab) -
     kernels = [cell for cell in styled if "ember-kernel" in cell[0].split()]
     assert kernels and all(bg not in ("rgba(0, 0, 0, 0)", "transparent") for _, bg, _ in kernels), kernels
     assert all(border == "1px" for _, _, border in styled), "the table's borders were stripped"
+
+
+# What a cell's input shows: the editor's language and each highlighted token with its style, and the
+# styles JupyterLab's highlighting gives comments and keywords (its theme's variables, read off a probe).
+EDITOR_JS = """
+const cell = arguments[0];
+const content = cell.querySelector('.jp-InputArea-editor .cm-content');
+if (!content) { return null; }
+const probe = name => {
+  const span = document.createElement('span');
+  span.style.color = `var(${name})`;
+  cell.appendChild(span);
+  const color = getComputedStyle(span).color;
+  span.remove();
+  return color;
+};
+const tokens = Array.from(content.querySelectorAll('.cm-line span')).map(span => {
+  const style = getComputedStyle(span);
+  return {text: span.textContent, line: span.closest('.cm-line').textContent,
+          color: style.color, italic: style.fontStyle === 'italic', bold: Number(style.fontWeight) >= 600};
+});
+return {language: content.dataset.language || '', tokens: tokens,
+        comment: probe('--jp-mirror-editor-comment-color'),
+        keyword: probe('--jp-mirror-editor-keyword-color')};
+"""
+# A Markdown cell as rendered: its text, and jupyterlab-myst's exercise boxes (shown or hidden).
+MARKDOWN_JS = """
+const cell = arguments[0];
+const rendered = cell.querySelector('.myst, .jp-RenderedMarkdown');
+if (!rendered) { return null; }
+return {text: rendered.innerText,
+        boxes: Array.from(rendered.querySelectorAll('.myst-exercise')).map(box => ({
+          tag: box.tagName.toLowerCase(), shown: box.getClientRects().length > 0,
+          title: (box.querySelector('.myst-exercise-title') || {}).textContent || ''}))};
+"""
+
+
+def cell_element(driver, index: int):  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    cells = driver.find_elements(
+        By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+    )
+    return cells[index]
+
+
+def look_at(driver, index: int, script: str, what: str, ready=bool):  # type: ignore[no-untyped-def]
+    """Scroll cell `index` into view (its editor and Markdown render what is in view) and read it."""
+    element = cell_element(driver, index)
+
+    def read():  # type: ignore[no-untyped-def]
+        driver.execute_script("arguments[0].scrollIntoView()", element)
+        value = driver.execute_script(script, element)
+        return value if value is not None and ready(value) else None
+
+    value = wait_for(read, 20, what, interval=0.3)
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        element.screenshot(str(Path(SCREENSHOTS) / f"{Path(MARKUP_CHAPTER).stem}-cell{index}.png"))
+    return value
+
+
+def test_markup_and_cpp_cells_show_as_in_the_book(browser, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    """Chapter 01 opened as a reader opens it: MyST exercises rendered, C++ cells highlighted as C++."""
+    driver = browser
+    open_notebook(driver, lab, MARKUP_CHAPTER)
+    cells = notebook_cells(lab.folder / MARKUP_CHAPTER)
+    sources = ["".join(cell["source"]) for cell in cells]
+
+    # MyST: exercises are boxes titled "Exercise", a solution's start is its (folded) header, its end
+    # is hidden, and no directive's ::: is left in the text.
+    markdown = [i for i, cell in enumerate(cells) if cell["cell_type"] == "markdown" and ":::{" in sources[i]]
+    kinds = {"exercise": 0, "solution-start": 0, "solution-end": 0}
+    for index in markdown:
+        rendered = look_at(driver, index, MARKDOWN_JS, f"Markdown cell {index} to render")
+        assert ":::" not in rendered["text"], (
+            f"cell {index} shows MyST markup as text (is jupyterlab-myst installed? `make setup`):\n"
+            + rendered["text"][:300]
+        )
+        for kind in kinds:
+            if f":::{{{kind}}}" in sources[index]:
+                kinds[kind] += 1
+                shown = [box for box in rendered["boxes"] if box["shown"]]
+                if kind == "exercise":
+                    assert any(b["tag"] == "aside" and b["title"].startswith("Exercise") for b in shown), (
+                        rendered
+                    )
+                elif kind == "solution-start":
+                    assert any(b["tag"] == "details" and "Solution to" in b["title"] for b in shown), rendered
+                else:
+                    assert rendered["boxes"] and not shown, f"cell {index}: the empty solution-end box shows"
+    assert all(kinds.values()), f"{MARKUP_CHAPTER} lacks one kind of MyST block: {kinds}"
+
+    # %%cpp: C++ highlighting. A // comment is one comment token, not Python's // operator followed by
+    # words; `namespace`, `const`, `static`..., which Python would leave plain names, are keywords.
+    cpp = next(
+        i
+        for i, source in enumerate(sources)
+        if source.startswith("%%cpp") and "\nnamespace " in source and "\n//" in source
+    )
+    editor = look_at(driver, cpp, EDITOR_JS, f"the %%cpp cell {cpp} to be highlighted", lambda e: e["tokens"])
+    assert editor["language"] == "cpp", f"cell {cpp} is edited as {editor['language']!r}, not C++"
+    comments = [t for t in editor["tokens"] if t["text"].startswith("//") and t["text"] == t["line"].strip()]
+    assert comments, f"no // comment line of cell {cpp} is a single token: {editor['tokens'][:12]}"
+    assert all(t["color"] == editor["comment"] and t["italic"] for t in comments), comments
+    keywords = [t for t in editor["tokens"] if t["text"] in CPP_ONLY_KEYWORDS]
+    assert keywords and all(t["color"] == editor["keyword"] and t["bold"] for t in keywords), keywords
+
+    # %%py (the package's Python) and every other code cell stay Python: `def` is a keyword there.
+    py = next(i for i, source in enumerate(sources) if source.startswith("%%py") and "\ndef " in source)
+    editor = look_at(driver, py, EDITOR_JS, f"the %%py cell {py} to be highlighted", lambda e: e["tokens"])
+    assert editor["language"] == "python", f"cell {py} is edited as {editor['language']!r}, not Python"
+    assert any(t["text"] == "def" and t["color"] == editor["keyword"] for t in editor["tokens"]), editor
+    shut_down_kernels(lab)
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
