@@ -9,9 +9,11 @@
 // `python -m book.sync --compact-history`.
 
 // ember-book: begin allocator.v2
-@@ -16,2 +15,0 @@ sha256:57b0e9c843
+@@ -16,2 +15,0 @@ sha256:a742efb1f5
 @@ -62,1 +60,1 @@ sha256:6c4cb393a4
 +    void* ptr = cacheAllocate(nbytes, device, stream);
+@@ -108,3 +106,1 @@ sha256:38470a884e
++  // Memory pools (CUDA graphs' private pools) do not exist here: one cache.
 // ember-book: end allocator.v2
 
 // ember-book: begin device_cache.v1

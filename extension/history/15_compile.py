@@ -13,8 +13,8 @@ functions without importing them.
 
 # ember-book: begin inductor_backend.v1
 # @@ -3,6 +2,0 @@ sha256:a89190d309
-# @@ -72,9 +65,0 @@ sha256:259d2565dd
-# @@ -207,0 +193,9 @@
+# @@ -73,9 +66,0 @@ sha256:8979f24e11
+# @@ -119,0 +105,9 @@
 # +    # A fusion step that reindexes a pointwise node to a reduction's loops is not
 # +    # validated for C++ kernels; Inductor skips it for device type "cpu" only.
 # +    inductor_config.loop_reindexing_after_fusion = False
@@ -24,14 +24,14 @@ functions without importing them.
 # +    gpu_rule = inductor_scheduler.device_need_guard
 # +    if not getattr(gpu_rule, "ember", False):
 # +        inductor_scheduler.device_need_guard = _guard_streams_on_ember(gpu_rule)
-# @@ -210,3 +204,6 @@ sha256:880960ba4e
+# @@ -122,3 +116,6 @@ sha256:880960ba4e
 # +def _guard_streams_on_ember(gpu_rule: Callable[[str], bool]) -> Callable[[str], bool]:
 # +    def need_guard(device: str) -> bool:
 # +        if device != "ember":
 # +            return gpu_rule(device)
 # +        graph = V.graph
 # +        return not graph.cpp_wrapper and graph.scheduler._has_multi_stream_nodes()
-# @@ -214,57 +211,2 @@ sha256:5443d010ba
+# @@ -126,57 +123,2 @@ sha256:5443d010ba
 # +    need_guard.ember = True  # type: ignore[attr-defined]
 # +    return need_guard
 # ember-book: end inductor_backend.v1

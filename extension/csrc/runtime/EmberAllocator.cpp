@@ -28,7 +28,7 @@ void cacheResetAccumulated(int device);
 void cacheCountOom(int device);
 void checkNotForked();
 bool inBadFork();
-// A graph's pool while it captures on that stream, else the stream (graph_impl).
+// A graph's pool while it captures on that stream, else the stream (graph_pool).
 emStream_t allocationStream(int device, emStream_t stream);
 
 // The deleter hands the block back to the cache; it runs in destructors, so
@@ -120,7 +120,9 @@ struct EmberAllocator final : public c10::DeviceAllocator {
     return true; // the driver needs no setup
   }
 
-  // Memory pools (CUDA graphs' private pools) do not exist here: one cache.
+  // A graph's pool is a key of the one cache (graph_pool), so any id empties
+  // the free segments of every pool. A segment a graph's kernels used stays
+  // reserved in the driver until the graph is reset.
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     checkNotForked();
     cacheEmpty();

@@ -6,21 +6,15 @@
 #include "driver/ember_driver.h"
 #include "runtime/EmberCheck.h"
 
-// ember-book: begin graph_impl
-#include <ATen/core/GraphImplInterface.h> // GraphImplInterface, GraphImplArgs
-#include "runtime/EmberHooks.h" // PlugGraphImpl
+// ember-book: begin graph_pool
+#include <ATen/core/GraphImplInterface.h> // GraphImplInterface, MempoolId_t
 
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <fstream>
 #include <mutex>
-#include <string>
 
 namespace ember {
-
-std::string takeCompiledBodyError(); // EmberCompiledLaunch.cpp
-
 namespace {
 
 // While a graph captures on (device, stream), the blocks allocated on that
@@ -63,6 +57,19 @@ emStream_t allocationStream(int device, emStream_t stream) {
   return r.active && r.stream == stream ? r.key : stream;
 }
 
+} // namespace ember
+// ember-book: end graph_pool
+
+// ember-book: begin graph_impl
+#include "runtime/EmberHooks.h" // PlugGraphImpl
+
+#include <fstream>
+#include <string>
+
+namespace ember {
+
+std::string takeCompiledBodyError(); // EmberCompiledLaunch.cpp
+
 class EmberGraph final : public at::GraphImplInterface {
  public:
   explicit EmberGraph(const at::GraphImplArgs& /*args*/) {}
@@ -76,8 +83,9 @@ class EmberGraph final : public at::GraphImplInterface {
     if (graph_ != 0) (void)emGraphDestroy(graph_);
   }
 
-  // On the current device's current stream, as CUDA's: torch.accelerator.
-  // Graph's `with` block makes a side stream current first.
+  // On the current device's current stream, as CUDA's. torch.accelerator.
+  // Graph's `with` block picks no stream: it synchronizes, empties the caches
+  // and captures on the stream that is current (`with side, graph:`).
   void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode) override {
     TORCH_CHECK(!capturing_ && graph_ == 0, "ember: this graph holds a "
                 "capture already; reset() it before capturing again");
