@@ -137,6 +137,9 @@ def build(parts: list[CppPart], chapter: str | None = None) -> Build:
     driver = env.driver
     ember_driver.driver()  # loaded (RTLD_GLOBAL) before any build that links against it
     stable.library()  # PrivateUse1 hooks, registered once, before any build loads; builds plug into them
+    # The precompiled prelude (once per machine) before the build's own status line, so that its
+    # line comes first: made inside the build, it showed below the build's "is loaded".
+    toolchain.prelude_dir()
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
     key = env.build_key(stable.ldflags(), [*(unit.text for unit in linked), source])

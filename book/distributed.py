@@ -11,7 +11,9 @@ a rendezvous on a free port). `run_ranks` starts them itself, with the environme
 which is what a job wants, but a lesson about what the survivors see needs them to live on.
 
 What comes back is each rank's output, in rank order, and how each ended: deterministic, whatever
-order the ranks printed in. Files the worker writes in its folder (`*.json`) come back too.
+order the ranks printed in. Files the worker writes in its folder (`*.json`) come back too. While
+the ranks run, a notebook shows a live line per rank, its latest output (`_Watch`), as a build cell
+does; when they end it is replaced by one line saying how they ended, the same in every run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from book.isolated import reader_state, reader_state_script
+from book.progress import batch_mode
 from book.text import wrapped
 
 DEFAULT_TIMEOUT_SECONDS = 180.0
@@ -74,6 +77,7 @@ class Rank:
     stdout: str
     stderr: str
     status: int | None  # what the worker returned; None: the process died before it could say
+    signal: str | None = None  # the signal that ended it ("SIGKILL"), when known (run_ranks)
 
     @property
     def ok(self) -> bool:
@@ -102,7 +106,9 @@ class Ranks:
         parts = []
         for rank in self.ranks:
             text = rank.stdout.rstrip("\n")
-            if rank.status is None:
+            if rank.status is None and rank.signal:
+                ended = f"ended without a word: killed by {rank.signal}"
+            elif rank.status is None:
                 ended = "ended without a word: the process died"
             elif rank.status != 0:
                 ended = f"failed: {rank.error}"
@@ -143,7 +149,7 @@ def _prepare(folder: Path, code: str, script: str) -> Path:
     return main
 
 
-def _collect(folder: Path, nproc: int, timed_out: bool) -> Ranks:
+def _collect(folder: Path, nproc: int, timed_out: bool, signals: dict[int, str] | None = None) -> Ranks:
     ranks = []
     for rank in range(nproc):
 
@@ -152,7 +158,8 @@ def _collect(folder: Path, nproc: int, timed_out: bool) -> Ranks:
             return path.read_text() if path.exists() else ""
 
         status = read("status")
-        ranks.append(Rank(rank, read("out"), read("err"), int(status) if status else None))
+        code = int(status) if status else None
+        ranks.append(Rank(rank, read("out"), read("err"), code, (signals or {}).get(rank)))
     files = {path.name: path.read_text() for path in sorted(folder.glob("*.json"))}
     return Ranks(ranks, files, timed_out)
 
@@ -182,23 +189,123 @@ def torchrun(
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        timed_out = _wait_or_kill([launcher], timeout)
-        return _collect(folder, nproc, timed_out)
+        watch = _Watch(folder, nproc, "started by torchrun").start()
+        ranks = _collect(folder, nproc, _wait_or_kill([launcher], timeout, watch))
+        watch.ended(ranks)
+        return ranks
 
 
-def _wait_or_kill(processes: list[subprocess.Popen[bytes]], timeout: float) -> bool:
-    """Wait for the processes, each the leader of its own session, for `timeout` seconds in all;
-    kill the sessions of those still running then. True if any was killed."""
+class _Watch:
+    """The live view of running ranks, in a notebook: a line per rank showing the last line it
+    printed, redrawn every half second, then replaced by a summary of how the ranks ended. The
+    summary is shown in batch runs too (`book.progress`), and holds nothing that changes per run;
+    the live lines are never saved."""
+
+    def __init__(self, folder: Path, nproc: int, how: str) -> None:
+        self.folder, self.nproc, self.how = folder, nproc, how
+        self.started = time.perf_counter()
+        self._handle = None
+        self._live = not batch_mode()
+        self._in_notebook = self._live or _notebook()
+
+    def start(self) -> _Watch:
+        if self._live:
+            from IPython.display import Pretty, display
+
+            self._handle = display(Pretty(self._lines()), display_id=True)
+        return self
+
+    def _last_line(self, rank: int) -> str:
+        path = self.folder / f"rank{rank}.out"
+        try:
+            lines = [line for line in path.read_text().splitlines() if line.strip()]
+        except OSError:
+            lines = []
+        line = lines[-1] if lines else "starting …"
+        return line if len(line) <= 70 else line[:69] + "…"
+
+    def _lines(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        head = f"⏳ {self.nproc} ranks, {self.how} … {elapsed:.0f} s"
+        return "\n".join([head] + [f"  rank {r}: {self._last_line(r)}" for r in range(self.nproc)])
+
+    def tick(self) -> None:
+        if self._handle is not None:
+            from IPython.display import Pretty
+
+            self._handle.update(Pretty(self._lines()))
+
+    def ended(self, ranks: Ranks) -> None:
+        def how(rank: Rank) -> str:
+            if rank.status is not None:
+                return f"rank {rank.rank} failed"
+            return (
+                f"rank {rank.rank} was killed by {rank.signal}" if rank.signal else f"rank {rank.rank} died"
+            )
+
+        if ranks.timed_out:
+            summary = f"✘ {self.nproc} ranks, {self.how}: stopped, they did not finish in time"
+        elif not ranks.ok and self.how == "started by torchrun":
+            # torchrun stops the other ranks when one fails, at a moment that varies: say no more.
+            summary = f"✘ {self.nproc} ranks, {self.how}: not every rank finished"
+        elif not ranks.ok:
+            summary = f"✘ {self.nproc} ranks, {self.how}: " + ", ".join(
+                how(r) for r in ranks.ranks if not r.ok
+            )
+        else:
+            summary = f"✔ {self.nproc} ranks, {self.how}: every rank finished"
+        if self._handle is not None:
+            from IPython.display import Pretty
+
+            self._handle.update(Pretty(summary))
+        elif self._in_notebook:
+            from IPython.display import Pretty, display
+
+            display(Pretty(summary))
+
+
+def _notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+
+
+def _wait_or_kill(
+    processes: list[subprocess.Popen[bytes]], timeout: float, watch: _Watch | None = None
+) -> bool:
+    """Wait for the processes, each the leader of its own session, for `timeout` seconds in all,
+    redrawing `watch` meanwhile; kill the sessions of those still running then. True if any was
+    killed."""
     timed_out = False
     deadline = time.monotonic() + timeout
     for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        while True:
+            try:
+                process.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() < deadline:
+                    if watch is not None:
+                        watch.tick()
+                    continue
+                timed_out = True
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                break
     return timed_out
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    """The signal that ended a process (Popen's negative return code), by name."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def run_ranks(
@@ -237,4 +344,10 @@ def run_ranks(
                     start_new_session=True,
                 )
             )
-        return _collect(folder, nproc, _wait_or_kill(processes, timeout))
+        watch = _Watch(folder, nproc, "started as processes").start()
+        timed_out = _wait_or_kill(processes, timeout, watch)
+        # A rank the timeout stopped was killed by us, not by what the lesson is about.
+        signals = {} if timed_out else {r: _signal_name(p.returncode) for r, p in enumerate(processes)}
+        ranks = _collect(folder, nproc, timed_out, {r: name for r, name in signals.items() if name})
+        watch.ended(ranks)
+        return ranks

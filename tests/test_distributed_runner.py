@@ -67,3 +67,10 @@ def test_torchrun_sets_the_rendezvous() -> None:
 def test_long_lines_are_wrapped_to_the_page() -> None:
     ranks = Ranks([Rank(0, "x " * 100, "", 0)])
     assert max(len(line) for line in str(ranks).splitlines()) <= 88
+
+
+def test_a_rank_killed_by_a_signal_says_which() -> None:
+    code = "import os, signal\nif os.environ['RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    ran = run_ranks(code, nproc=2, timeout=120)
+    assert [rank.signal for rank in ran.ranks] == [None, "SIGKILL"]
+    assert str(ran).splitlines()[-1] == "ended without a word: killed by SIGKILL"

@@ -956,7 +956,7 @@ class Ctx:
         start = time.monotonic()
         needles = ["eccl: all_reduce #3", f"({self.world} ranks)"]
         if kind == "killed":
-            needles.append(f"rank {last} (pid ")
+            needles.append(f"rank {last}'s process exited")
             needles.append(f"exited while rank {self.rank} waited for")
         elif self.rank != last:
             needles.append("timed out after")

@@ -4,7 +4,7 @@
 #include "aten/EmberLaunch.h"
 #include "distributed/EcclCollectives.h"
 
-// ember-book: begin eccl_backend
+// ember-book: begin eccl_backend_checks
 #include <ATen/core/jit_type.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
@@ -124,6 +124,11 @@ std::string newLinkName() {
 }
 
 } // namespace
+} // namespace ember::eccl
+// ember-book: end eccl_backend_checks
+
+// ember-book: begin eccl_work
+namespace ember::eccl {
 
 void Outcome::fail(std::string message) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -216,6 +221,11 @@ int EcclWork::sourceRank() const {
 uint64_t EcclWork::getSequencenumber() const {
   return seq_;
 }
+} // namespace ember::eccl
+// ember-book: end eccl_work
+
+// ember-book: begin eccl_backend_group
+namespace ember::eccl {
 
 EcclBackend::EcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
                          int rank, int size,
@@ -226,8 +236,10 @@ EcclBackend::EcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
   TORCH_CHECK(size >= 1 && size <= kMaxRanks, "eccl: a group of ", size,
               " ranks; the shared-memory link joins at most ", kMaxRanks);
   // Rank 0 makes the link and names it in the store; the others open it by
-  // that name; the last to open removes the name, so nothing is left behind
-  // in /dev/shm, however the processes end.
+  // that name; the last to open removes the name. From then on nothing in
+  // /dev/shm holds the link, however the processes end: the memory goes with
+  // the last mapping. A rank killed before all have opened leaves the name
+  // behind, unless a rank that opened it closes its group (closeLink).
   const size_t bytes = linkBytes(size);
   if (rank == 0) {
     link_name_ = newLinkName();
@@ -298,6 +310,11 @@ void EcclBackend::closeLink() {
   }
   EMBER_CHECK(emLinkClose(link));
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_group
+
+// ember-book: begin eccl_backend_run
+namespace ember::eccl {
 
 std::chrono::milliseconds EcclBackend::timeoutOr(
     std::chrono::milliseconds timeout) const {
@@ -410,6 +427,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::run(Call call) {
   }
   return work;
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_run
+
+// ember-book: begin eccl_backend_streams
+namespace ember::eccl {
 
 c10::Stream EcclBackend::streamFor(c10d::OpType type, c10::Device device) {
   auto create = [&] {
@@ -496,6 +518,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::coalesced(
   }
   return endCoalescing();
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_streams
+
+// ember-book: begin eccl_backend_reductions
+namespace ember::eccl {
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
@@ -512,17 +539,6 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce(
                 allReduce(s, ember::atOffset(data, off), numel, dtype, op,
                           algorithm);
               }});
-}
-
-c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors,
-    const c10d::AllreduceCoalescedOptions& opts) {
-  return coalesced([&] {
-    for (at::Tensor& t : tensors) {
-      std::vector<at::Tensor> one{t};
-      allreduce(one, opts);
-    }
-  });
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::broadcast(
@@ -556,6 +572,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::reduce(
                              root);
               }});
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_reductions
+
+// ember-book: begin eccl_backend_gathers
+namespace ember::eccl {
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs,
@@ -654,37 +675,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::scatter(
                               ember::atOffset(out, off), root);
               }});
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_gathers
 
-c10::intrusive_ptr<c10d::Work> EcclBackend::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(output.numel() == input.numel() * getSize() &&
-                  output.scalar_type() == input.scalar_type(),
-              "eccl: all_gather_into_tensor needs an output of ", getSize(),
-              " x ", input.numel(), " ", input.scalar_type(),
-              " elements, got ", output.numel(), " ", output.scalar_type());
-  std::vector<at::Tensor> blocks;
-  for (const int r : c10::irange(getSize())) {
-    blocks.push_back(output.flatten().narrow(0, r * input.numel(),
-                                             input.numel()));
-  }
-  std::vector<std::vector<at::Tensor>> outputs{blocks};
-  std::vector<at::Tensor> inputs{input};
-  auto work = allgather(outputs, inputs, opts);
-  return work;
-}
-
-c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "eccl: all_gather_into_tensor_coalesced needs as many outputs "
-              "as inputs");
-  return coalesced([&] {
-    for (const size_t i : c10::irange(inputs.size())) {
-      _allgather_base(outputs[i], inputs[i], opts);
-    }
-  });
-}
+// ember-book: begin eccl_backend_reduce_scatter
+namespace ember::eccl {
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input,
@@ -743,19 +738,6 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter(
                 reduceScatterBlocks(s, shifted(sources, off),
                                     ember::atOffset(out, off), dtype, op);
               }});
-}
-
-c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "eccl: reduce_scatter_tensor_coalesced needs as many outputs "
-              "as inputs");
-  return coalesced([&] {
-    for (const size_t i : c10::irange(inputs.size())) {
-      _reduce_scatter_base(outputs[i], inputs[i], opts);
-    }
-  });
 }
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall_base(
@@ -825,6 +807,11 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::alltoall(
                 allToAll(s, shifted(sources, off), shifted(targets, off));
               }});
 }
+} // namespace ember::eccl
+// ember-book: end eccl_backend_reduce_scatter
+
+// ember-book: begin eccl_backend_point_to_point
+namespace ember::eccl {
 
 c10::intrusive_ptr<c10d::Work> EcclBackend::barrier(
     const c10d::BarrierOptions& opts) {
@@ -890,4 +877,65 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::recvAnysource(
 }
 
 } // namespace ember::eccl
-// ember-book: end eccl_backend
+// ember-book: end eccl_backend_point_to_point
+
+// ember-book: begin eccl_backend_forwarding
+namespace ember::eccl {
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  return coalesced([&] {
+    for (at::Tensor& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      allreduce(one, opts);
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(output.numel() == input.numel() * getSize() &&
+                  output.scalar_type() == input.scalar_type(),
+              "eccl: all_gather_into_tensor needs an output of ", getSize(),
+              " x ", input.numel(), " ", input.scalar_type(),
+              " elements, got ", output.numel(), " ", output.scalar_type());
+  std::vector<at::Tensor> blocks;
+  for (const int r : c10::irange(getSize())) {
+    blocks.push_back(output.flatten().narrow(0, r * input.numel(),
+                                             input.numel()));
+  }
+  std::vector<std::vector<at::Tensor>> outputs{blocks};
+  std::vector<at::Tensor> inputs{input};
+  auto work = allgather(outputs, inputs, opts);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "eccl: all_gather_into_tensor_coalesced needs as many outputs "
+              "as inputs");
+  return coalesced([&] {
+    for (const size_t i : c10::irange(inputs.size())) {
+      _allgather_base(outputs[i], inputs[i], opts);
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "eccl: reduce_scatter_tensor_coalesced needs as many outputs "
+              "as inputs");
+  return coalesced([&] {
+    for (const size_t i : c10::irange(inputs.size())) {
+      _reduce_scatter_base(outputs[i], inputs[i], opts);
+    }
+  });
+}
+
+} // namespace ember::eccl
+// ember-book: end eccl_backend_forwarding

@@ -4,7 +4,7 @@
 #include "distributed/EcclCollectives.h"
 #include "distributed/EcclLink.h"
 
-// ember-book: begin eccl_backend_api
+// ember-book: begin eccl_work_api
 #include <ATen/core/ivalue.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
@@ -72,6 +72,11 @@ class EcclWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<std::atomic<int>> source_; // recvAnysource's sender
 };
+} // namespace ember::eccl
+// ember-book: end eccl_work_api
+
+// ember-book: begin eccl_backend_api
+namespace ember::eccl {
 
 class EcclBackend : public c10d::Backend {
  public:

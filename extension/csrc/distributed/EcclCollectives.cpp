@@ -1,6 +1,6 @@
 #include "distributed/EcclCollectives.h"
 
-// ember-book: begin eccl_collectives
+// ember-book: begin eccl_reduce_ops
 #include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/env.h>
@@ -15,7 +15,6 @@
 #pragma GCC optimize("O3") // the reductions are the collectives' arithmetic
 namespace ember::eccl {
 namespace {
-
 template <typename T>
 void combine(T* dst, const T* src, int64_t n, RedOp op) {
   switch (op) {
@@ -57,27 +56,37 @@ void combineBool(bool* dst, const bool* src, int64_t n, RedOp op) {
   }
 }
 
-// Bytes rank `from` sends rank `to` in the pairwise collective agreed on.
-size_t sendsTo(const Session& s, int from, int to) {
-  return static_cast<size_t>(s.descriptorOf(from).sends[to]);
+} // namespace
+
+void reduceInto(void* dst, const void* src, int64_t n, c10::ScalarType dtype,
+                RedOp op) {
+  if (dtype == c10::kBool) {
+    combineBool(static_cast<bool*>(dst), static_cast<const bool*>(src), n, op);
+    return;
+  }
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND2(
+      c10::kHalf, c10::kBFloat16, dtype, "eccl_reduce", [&] {
+        combine(static_cast<scalar_t*>(dst),
+                static_cast<const scalar_t*>(src), n, op);
+      });
 }
 
-// Bytes [begin, end) of the blocks laid end to end, into `into`.
-template <typename Pointer>
-void copyStretch(const std::vector<Pointer>& blocks,
-                 const std::vector<size_t>& lengths, size_t begin, size_t end,
-                 char* into) {
-  size_t at = 0;
-  for (const size_t b : c10::irange(blocks.size())) {
-    const size_t lo = std::max(begin, at);
-    const size_t hi = std::min(end, at + lengths[b]);
-    if (lo < hi) {
-      std::memcpy(into + (lo - begin), blocks[b] + (lo - at), hi - lo);
-    }
-    at += lengths[b];
-    if (at >= end) return;
-  }
+void divideBy(void* dst, int64_t n, c10::ScalarType dtype, int64_t divisor) {
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2(
+      c10::kHalf, c10::kBFloat16, dtype, "eccl_avg", [&] {
+        auto* values = static_cast<scalar_t*>(dst);
+        for (int64_t i = 0; i < n; ++i) {
+          values[i] = values[i] / static_cast<scalar_t>(divisor);
+        }
+      });
 }
+
+} // namespace ember::eccl
+// ember-book: end eccl_reduce_ops
+
+// ember-book: begin eccl_one_shot
+namespace ember::eccl {
+namespace {
 
 size_t itemSize(c10::ScalarType dtype) {
   return c10::elementSize(dtype);
@@ -115,6 +124,14 @@ void oneShot(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
   }
   if (receives && op == RedOp::AVG) divideBy(data, numel, dtype, s.world());
 }
+
+} // namespace
+} // namespace ember::eccl
+// ember-book: end eccl_one_shot
+
+// ember-book: begin eccl_ring
+namespace ember::eccl {
+namespace {
 
 // The ring: a reduce-scatter, then an all-gather, each world - 1 steps of
 // one block. Each rank sends and receives 2 (world - 1) / world of the data,
@@ -189,41 +206,18 @@ Algorithm chooseAllreduce(size_t bytes, int world) {
       c10::utils::get_env("EMBER_ECCL_ALGO");
   if (forced == "ring") return Algorithm::kRing;
   if (forced == "one_shot") return Algorithm::kOneShot;
-  // One round trip wins while latency dominates. From half a chunk on, the
-  // ring's smaller share of the arithmetic (1 / world of it) outweighs its
-  // extra handoffs: on 2 ranks, 1.1-1.2x the one-shot's bus bandwidth at
-  // 512 KiB, 1.2-1.3x at 1 MiB; below 256 KiB the one-shot is as fast or up
-  // to 15 % faster (measured in the same ranks, in turn). On more ranks the
-  // one-shot also reads more, so there the ring wins earlier still.
+  // Below half a chunk, latency decides: the one-shot waits for its peers
+  // once, the ring 2 (world - 1) times in a row. From there the ring's
+  // smaller share of the additions ((world - 1) / world of the data, against
+  // world - 1 times it) outweighs its handoffs, and on more than two ranks
+  // it also reads less (2 (world - 1) / world of the data, against
+  // world - 1 times it). The same threshold on any number of ranks.
   (void)world;
   return bytes >= kChunkBytes / 2 ? Algorithm::kRing : Algorithm::kOneShot;
 }
 
 const char* algorithmName(Algorithm algorithm) {
   return algorithm == Algorithm::kRing ? "ring" : "one_shot";
-}
-
-void reduceInto(void* dst, const void* src, int64_t n, c10::ScalarType dtype,
-                RedOp op) {
-  if (dtype == c10::kBool) {
-    combineBool(static_cast<bool*>(dst), static_cast<const bool*>(src), n, op);
-    return;
-  }
-  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND2(
-      c10::kHalf, c10::kBFloat16, dtype, "eccl_reduce", [&] {
-        combine(static_cast<scalar_t*>(dst),
-                static_cast<const scalar_t*>(src), n, op);
-      });
-}
-
-void divideBy(void* dst, int64_t n, c10::ScalarType dtype, int64_t divisor) {
-  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2(
-      c10::kHalf, c10::kBFloat16, dtype, "eccl_avg", [&] {
-        auto* values = static_cast<scalar_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) {
-          values[i] = values[i] / static_cast<scalar_t>(divisor);
-        }
-      });
 }
 
 void allReduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
@@ -234,6 +228,37 @@ void allReduce(Session& s, char* data, int64_t numel, c10::ScalarType dtype,
   }
   oneShot(s, data, numel, dtype, op, /*root=*/-1);
 }
+
+} // namespace ember::eccl
+// ember-book: end eccl_ring
+
+// ember-book: begin eccl_gather_scatter
+namespace ember::eccl {
+namespace {
+
+// Bytes rank `from` sends rank `to` in the pairwise collective agreed on.
+size_t sendsTo(const Session& s, int from, int to) {
+  return static_cast<size_t>(s.descriptorOf(from).sends[to]);
+}
+
+// Bytes [begin, end) of the blocks laid end to end, into `into`.
+template <typename Pointer>
+void copyStretch(const std::vector<Pointer>& blocks,
+                 const std::vector<size_t>& lengths, size_t begin, size_t end,
+                 char* into) {
+  size_t at = 0;
+  for (const size_t b : c10::irange(blocks.size())) {
+    const size_t lo = std::max(begin, at);
+    const size_t hi = std::min(end, at + lengths[b]);
+    if (lo < hi) {
+      std::memcpy(into + (lo - begin), blocks[b] + (lo - at), hi - lo);
+    }
+    at += lengths[b];
+    if (at >= end) return;
+  }
+}
+
+} // namespace
 
 void broadcast(Session& s, char* data, size_t bytes, int root) {
   for (size_t begin = 0; begin < bytes; begin += kChunkBytes) {
@@ -304,6 +329,12 @@ void scatter(Session& s, const std::vector<const char*>& inputs, char* output,
     s.finishRound();
   }
 }
+
+} // namespace ember::eccl
+// ember-book: end eccl_gather_scatter
+
+// ember-book: begin eccl_reduce_scatter
+namespace ember::eccl {
 
 void reduceScatter(Session& s, const char* input, char* output, int64_t numel,
                    c10::ScalarType dtype, RedOp op) {
@@ -407,6 +438,12 @@ void allToAll(Session& s, const std::vector<const char*>& inputs,
   }
 }
 
+} // namespace ember::eccl
+// ember-book: end eccl_reduce_scatter
+
+// ember-book: begin eccl_point_to_point
+namespace ember::eccl {
+
 namespace {
 struct MessageHeader {
   uint64_t bytes;
@@ -508,4 +545,4 @@ void Mailbox::put(int from, int tag, Message message) {
 
 } // namespace ember::eccl
 #pragma GCC pop_options
-// ember-book: end eccl_collectives
+// ember-book: end eccl_point_to_point

@@ -102,6 +102,11 @@ void Session::abort(const std::string& reason) {
     }
   }
 }
+} // namespace ember::eccl
+// ember-book: end eccl_link
+
+// ember-book: begin eccl_link_wait
+namespace ember::eccl {
 
 void Session::waitAtLeast(Counter& counter, uint32_t target, int peer,
                           const char* waiting_for) {
@@ -133,8 +138,10 @@ void Session::giveUpIfStuck(
   if (now < next_check) return;
   const int pid = header_->ranks[peer].pid.load(std::memory_order_relaxed);
   if (!processAlive(pid)) {
+    // No pid in the message: the rank says which process, and the error
+    // reads the same in every run.
     const std::string reason = c10::str(
-        what_, ": rank ", peer, " (pid ", pid, ") exited while rank ", rank_,
+        what_, ": rank ", peer, "'s process exited while rank ", rank_,
         " waited for ", waiting_for);
     abort(reason);
     throwFailure(reason);
@@ -148,6 +155,11 @@ void Session::giveUpIfStuck(
   }
   next_check = now + std::chrono::milliseconds(20);
 }
+} // namespace ember::eccl
+// ember-book: end eccl_link_wait
+
+// ember-book: begin eccl_link_agree
+namespace ember::eccl {
 
 void Session::agree(const Descriptor& mine) {
   RankControl& me = header_->ranks[rank_];
@@ -211,6 +223,11 @@ const Descriptor& Session::descriptorOf(int rank) const {
   // root that needs nobody's data may have finished and announced the next.
   return header_->ranks[rank].descriptors[seq_ % 2];
 }
+} // namespace ember::eccl
+// ember-book: end eccl_link_agree
+
+// ember-book: begin eccl_link_rounds
+namespace ember::eccl {
 
 char* Session::rankSlot(int rank, uint32_t round) {
   return data_ + (static_cast<size_t>(rank) * kSlots + round % kSlots) *
@@ -302,4 +319,4 @@ void Session::recv(int from, void* data, size_t bytes) {
 }
 
 } // namespace ember::eccl
-// ember-book: end eccl_link
+// ember-book: end eccl_link_rounds
