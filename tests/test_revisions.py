@@ -74,3 +74,11 @@ def test_a_cell_the_reader_edited_is_compared_with_what_the_build_has():
     assert revision is not None and revision.version is None
     assert "(edited)" in revision.diff().splitlines()[1]
     assert "+  my_fallback(op, stack);" in revision.diff()
+
+
+def test_a_revision_summarizes_its_diff_in_one_line():
+    before = CppPart("11_x", "part", "a\nb\nc\nd\n")
+    after = CppPart("16_y", "part", "a\nB\nc\nd\ne\nf\n")
+    summary = Revision(before, after, 2).summary()
+    assert summary == "part: 3 lines added and 1 removed against version 1, in 1 place"
+    assert "\n" not in summary
