@@ -36,6 +36,7 @@ _EXPORTS = {
     "extension_path": "book.extension_modules",
     "loaded": "book.builder",
     "register_magic": "book.cells",
+    "revision": "book.cells",
     "run_isolated": "book.isolated",
     "run_ranks": "book.distributed",
     "torchrun": "book.distributed",
@@ -48,7 +49,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from book.builder import Build, loaded
-    from book.cells import SESSION, build, register_magic
+    from book.cells import SESSION, build, register_magic, revision
     from book.chapter import Chapter
     from book.compile_errors import BackendInUseError, CppBuildError
     from book.distributed import run_ranks, torchrun
@@ -79,6 +80,7 @@ __all__ = [
     "trace",
     "SESSION",
     "register_magic",
+    "revision",
     "wrapped",
 ]
 

@@ -74,6 +74,7 @@ __all__ = [  # the bottom layer's part reading, re-exported: the chapters' tests
     "Session",
     "build",
     "register_magic",
+    "revision",
 ]
 
 
@@ -114,6 +115,22 @@ class Revision:
     def _title(self) -> str:
         before, after = self._labels()
         return f"{after} replaces {before}; what changed:"
+
+    def summary(self) -> str:
+        """One line on the size of the diff, for a chapter that collapses a long one."""
+        added = removed = hunks = 0
+        for line in self.diff().splitlines()[2:]:  # after the two file lines
+            if line.startswith("@@"):
+                hunks += 1
+            elif line.startswith("+"):
+                added += 1
+            elif line.startswith("-"):
+                removed += 1
+        against = "the build's" if self.version is None else f"version {self.version - 1}"
+        return (
+            f"{self.current.name}: {added} lines added and {removed} removed "
+            f"against {against}, in {hunks} {'place' if hunks == 1 else 'places'}"
+        )
 
     def __repr__(self) -> str:
         return f"{self._title()}\n{self.diff()}"
@@ -188,6 +205,18 @@ class Session:
 
 
 SESSION = Session()
+
+
+def revision(name: str) -> Revision:
+    """`book.revision(NAME)`: the current chapter's latest version of part NAME against the one
+    before it, as the notebook files show them (its `summary()` is one line, its diff the
+    cell's output)."""
+    if SESSION.chapter is None:
+        raise RuntimeError("call book.start_chapter(N) first")
+    shown = versions_through(SESSION.chapter, name)
+    if len(shown) < 2 or shown[-1].chapter != SESSION.chapter:
+        raise LookupError(f"chapter {SESSION.chapter} does not revise a part named {name!r}")
+    return Revision(shown[-2], shown[-1], len(shown))
 
 
 def register_magic() -> None:

@@ -157,3 +157,14 @@ def test_memory_over_time_follows_allocs_and_completed_frees() -> None:
     assert memory_views.frame_text([]) == "allocated before the history started"
     torch_frame = {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"}
     assert memory_views.frame_text([torch_frame]) == "no Python frame"
+
+
+def test_memory_over_time_counts_what_was_allocated_before_the_trace() -> None:
+    snapshot = _snapshot()
+    # the trace's first two actions were never recorded: the 4 MiB segment and the
+    # 1 MiB block still alive were allocated before it
+    snapshot["device_traces"] = [snapshot["device_traces"][0][2:]]
+    assert memory_views.allocated_over_time(snapshot) == [2 * MIB, 2 * MIB, MIB]
+    assert memory_views.in_use_at_start(snapshot) == MIB
+    text = memory_views.memory_over_time(snapshot, "late").text()
+    assert text == ("late: 3 actions\n  allocated at the start 1.0 MiB, peak 2.0 MiB, at the end 1.0 MiB")

@@ -85,3 +85,11 @@ def test_a_long_diff_is_collapsed_under_its_summary():
     shown = long._repr_markdown_()
     assert "<summary>40 lines added, 40 removed (83 lines of diff)</summary>" in shown
     assert shown.index("<details>") < shown.index("```diff") < shown.index("</details>")
+
+
+def test_a_revision_summarizes_its_diff_in_one_line():
+    before = CppPart("11_x", "part", "a\nb\nc\nd\n")
+    after = CppPart("16_y", "part", "a\nB\nc\nd\ne\nf\n")
+    summary = Revision(before, after, 2).summary()
+    assert summary == "part: 3 lines added and 1 removed against version 1, in 1 place"
+    assert "\n" not in summary

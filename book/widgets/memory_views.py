@@ -170,23 +170,46 @@ class SegmentsView(View):
         return inline(markup, _CSS)
 
 
-def allocated_over_time(snapshot: dict[str, Any], device: int = 0) -> list[int]:
-    """Bytes allocated after each recorded action, from the trace's allocs and frees.
+def _active_now(snapshot: dict[str, Any], device: int) -> int:
+    """Bytes in the blocks the snapshot's segments hold for users (allocated, or freed with
+    record_stream events still pending): what the trace's allocs and frees add up to at its end."""
+    return sum(
+        int(block["size"])
+        for segment in snapshot.get("segments", [])
+        if segment.get("device", 0) == device
+        for block in segment.get("blocks", [])
+        if block.get("state") in ("active_allocated", "active_pending_free")
+    )
 
-    The trace may start in the middle of a run (a ring buffer, or recording switched on late):
-    blocks freed that it never saw allocated are ignored, so the curve counts what the trace saw.
-    """
+
+def _changes(snapshot: dict[str, Any], device: int) -> list[int]:
+    """What each recorded action changed in the bytes in use: +size for an alloc, -size for a
+    completed free, 0 for the rest."""
     traces = snapshot.get("device_traces", [])
     entries = traces[device] if device < len(traces) else []
-    live: dict[int, int] = {}
-    curve = []
+    changes = []
     for entry in entries:
         action = entry.get("action")
-        if action == "alloc":
-            live[int(entry["addr"])] = int(entry["size"])
-        elif action in ("free_completed",):
-            live.pop(int(entry["addr"]), None)
-        curve.append(sum(live.values()))
+        size = int(entry.get("size", 0))
+        changes.append(size if action == "alloc" else -size if action == "free_completed" else 0)
+    return changes
+
+
+def in_use_at_start(snapshot: dict[str, Any], device: int = 0) -> int:
+    """Bytes in use when the trace starts. The trace may start in the middle of a run
+    (recording switched on late, or a ring buffer that dropped its oldest entries), so they are
+    not in it: they are what the snapshot's segments hold at the end, less what the trace added."""
+    return max(0, _active_now(snapshot, device) - sum(_changes(snapshot, device)))
+
+
+def allocated_over_time(snapshot: dict[str, Any], device: int = 0) -> list[int]:
+    """Bytes in use after each recorded action: those in use at the trace's start, plus its
+    allocs, minus its completed frees."""
+    current = in_use_at_start(snapshot, device)
+    curve = []
+    for change in _changes(snapshot, device):
+        current += change
+        curve.append(current)
     return curve
 
 
@@ -195,15 +218,16 @@ class MemoryOverTimeView(View):
 
     def __init__(self, snapshot: dict[str, Any], title: str, device: int = 0) -> None:
         self.curve = allocated_over_time(snapshot, device)
+        self.start = in_use_at_start(snapshot, device)
         self.title = title
 
     def text(self) -> str:
         if not self.curve:
             return f"{self.title}: no recorded actions"
-        peak = max(self.curve)
+        peak = max(self.start, *self.curve)
         return (
             f"{self.title}: {len(self.curve)} actions\n"
-            f"  allocated at the start {mib(self.curve[0])}, peak {mib(peak)}, "
+            f"  allocated at the start {mib(self.start)}, peak {mib(peak)}, "
             f"at the end {mib(self.curve[-1])}"
         )
 

@@ -135,6 +135,14 @@ py::dict traceDict(const TraceEntry& entry, Frames& frames) {
   return d;
 }
 
+} // namespace
+} // namespace ember
+// ember-book: end memory_snapshot
+
+// ember-book: begin memory_snapshot_entry
+namespace ember {
+namespace {
+
 // PYTORCH_ALLOC_CONF as c10 parsed it: what CUDA's snapshot reports too.
 py::dict allocatorSettings() {
   using c10::CachingAllocator::AcceleratorAllocatorConfig;
@@ -209,4 +217,4 @@ extern "C" PyObject* emberMemorySnapshot() {
   return ember::memorySnapshot().release().ptr();
   END_HANDLE_TH_ERRORS
 }
-// ember-book: end memory_snapshot
+// ember-book: end memory_snapshot_entry

@@ -111,6 +111,11 @@ void checkOption(const std::string& name, const std::string& value,
 }
 
 } // namespace
+} // namespace ember
+// ember-book: end memory_history
+
+// ember-book: begin memory_history_events
+namespace ember {
 
 void MemoryContext::begin() noexcept {
   active_ = true;
@@ -191,6 +196,12 @@ bool memoryHistoryEnabled() {
   return detail::history_recording.load(std::memory_order_relaxed);
 }
 
+} // namespace ember
+// ember-book: end memory_history_events
+
+// ember-book: begin memory_history_control
+namespace ember {
+
 Context blockContext(const void* ptr) {
   History& h = history();
   std::lock_guard<std::mutex> lock(h.mutex);
@@ -263,4 +274,4 @@ std::vector<std::vector<TraceEntry>> memoryTraces(int devices) {
 }
 
 } // namespace ember
-// ember-book: end memory_history
+// ember-book: end memory_history_control

@@ -260,6 +260,14 @@ class EmberSession : public libkineto::IActivityProfilerSession {
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };
 
+} // namespace
+} // namespace ember
+// ember-book: end profiler_session
+
+// ember-book: begin profiler_trace
+namespace ember {
+namespace {
+
 void EmberSession::processTrace(
     libkineto::ActivityLogger& logger,
     libkineto::getLinkedActivityCallback getLinkedActivity,
@@ -337,7 +345,7 @@ void EmberSession::processTrace(
 
 } // namespace
 } // namespace ember
-// ember-book: end profiler_session
+// ember-book: end profiler_trace
 
 // ember-book: begin profiler_plug
 #include "runtime/EmberHooks.h" // PlugProfilerSession
