@@ -47,7 +47,7 @@
 @@ -577,3 +368,0 @@ sha256:b0e4a42a67
 // ember-book: end device_cache.v1
 
-// ember-book: begin pinned_memory.v1
+// ember-book: begin pinned_blocks.v1
 @@ -1,1 +1,1 @@ sha256:c3c652d19d
 +#include <ATen/core/CachingHostAllocator.h> // at::HostAllocator
 @@ -10,4 +10,8 @@ sha256:e107164c95
@@ -81,7 +81,10 @@
 @@ -40,1 +45,2 @@ sha256:1b8f1a51ea
 +  std::lock_guard<std::mutex> lock(pinnedMutex());
 +  return findPinned(ptr) != nullptr;
-@@ -43,12 +49,17 @@ sha256:a3b22d0365
+// ember-book: end pinned_blocks.v1
+
+// ember-book: begin pinned_allocator.v1
+@@ -3,12 +3,17 @@ sha256:a3b22d0365
 +// A non_blocking copy queued on (device, stream) uses the block holding
 +// `ptr`: remember an event recorded after it. Events of copies that have
 +// finished are dropped, so a block reused for many copies keeps few.
@@ -99,8 +102,8 @@
 +      pending.push_back(use);
 +    } else {
 +      (void)emSyncEventDestroy(use);
-@@ -56,2 +66,0 @@ sha256:25884c377a
-@@ -59,5 +68,15 @@ sha256:6495c177ac
+@@ -16,2 +20,0 @@ sha256:25884c377a
+@@ -19,5 +22,15 @@ sha256:6495c177ac
 +  block->uses = std::move(pending);
 +}
 +
@@ -116,11 +119,11 @@
 +    stats.allocations.decrease(1);
 +    stats.allocated_bytes.decrease(block->size);
 +    stats.num_host_free += 1;
-@@ -65,2 +84,3 @@ sha256:cab2aee40b
+@@ -25,2 +38,3 @@ sha256:cab2aee40b
 +  for (const emSyncEvent_t use : block->uses) {
 +    (void)emSyncEventSynchronize(use);
 +    (void)emSyncEventDestroy(use);
-@@ -68,4 +88,31 @@ sha256:7041097f4e
+@@ -28,4 +42,31 @@ sha256:7041097f4e
 +  munmap(block->data, block->size);
 +  delete block;
 +}
@@ -152,11 +155,11 @@
 +    }
 +    // A CPU tensor's memory: the host reads it directly.
 +    return {data, block, &freePinned, c10::Device(c10::DeviceType::CPU)};
-@@ -74,15 +120,0 @@ sha256:e5f2f9a0ee
-@@ -93,1 +125,2 @@ sha256:8ebb3bd1dd
+@@ -34,15 +74,0 @@ sha256:e5f2f9a0ee
+@@ -53,1 +79,2 @@ sha256:8ebb3bd1dd
 +  // "This block is used by work queued on `stream`": it is not unmapped
 +  // before that work has finished (our copy_ kernel records its own uses).
-@@ -95,2 +128,25 @@ sha256:aaacb02dde
+@@ -55,2 +82,25 @@ sha256:aaacb02dde
 +    if (ctx == nullptr || stream.device_type() != c10::DeviceType::PrivateUse1) {
 +      return false;
 +    }
@@ -182,16 +185,16 @@
 +    for (c10::CachingAllocator::Stat* stat : counters(pinnedStats())) {
 +      stat->reset_peak();
 +    }
-@@ -100,41 +156,3 @@ sha256:300ff5de33
+@@ -60,41 +110,3 @@ sha256:300ff5de33
 +  static std::array<c10::CachingAllocator::Stat*, 4> counters(at::HostStats& s) {
 +    return {&s.active_requests, &s.active_bytes, &s.allocations,
 +            &s.allocated_bytes};
-@@ -144,6 +161,0 @@ sha256:988f42f2ee
-@@ -151,5 +163,2 @@ sha256:3115dad5f5
+@@ -104,6 +115,0 @@ sha256:988f42f2ee
+@@ -111,5 +117,2 @@ sha256:3115dad5f5
 +  static PinnedAllocator allocator;
 +  return allocator;
-@@ -161,15 +170,3 @@ sha256:a605d7c8cb
+@@ -121,15 +124,3 @@ sha256:a605d7c8cb
 +// PrivateUse1's host allocator while this library is loaded. The registry
 +// keeps a plain pointer, so unloading clears it rather than leave it
 +// dangling (getHostAllocator then says none is registered).
-// ember-book: end pinned_memory.v1
+// ember-book: end pinned_allocator.v1

@@ -20,7 +20,7 @@
 #include "aten/EmberBlas.h"
 #include "aten/EmberHostKernels.h"
 
-// ember-book: begin convolution_kernels
+// ember-book: begin conv_shape
 namespace ember::conv {
 
 // The geometry of one 2-D convolution, NCHW. The channels split into
@@ -78,6 +78,12 @@ Shape shapeOf(const char* op, const at::Tensor& input, const at::Tensor& weight,
               input.device(), ": the kernel does not fit the padded input");
   return s;
 }
+
+} // namespace ember::conv
+// ember-book: end conv_shape
+
+// ember-book: begin conv_loops
+namespace ember::conv {
 
 // The per-element loops, -O3 like the gemm's (see EmberBlas.h).
 #pragma GCC push_options
@@ -164,6 +170,12 @@ void fillZero(T* data, int64_t n) {
 
 #pragma GCC pop_options
 
+} // namespace ember::conv
+// ember-book: end conv_loops
+
+// ember-book: begin conv_forward
+namespace ember::conv {
+
 // Forward: out[n, oc] = bias[oc] + the unit's product. One launch; inside
 // it, the units are split over the threads (each with its own cols).
 at::Tensor forward(const char* op, const at::Tensor& input,
@@ -223,6 +235,12 @@ at::Tensor forward(const char* op, const at::Tensor& input,
   });
   return out;
 }
+
+} // namespace ember::conv
+// ember-book: end conv_forward
+
+// ember-book: begin conv_backward
+namespace ember::conv {
 
 // Backward, as output_mask asks: input gradient (per unit: weight_g^T @
 // grad_out, then col2im), weight gradient (per group: grad_out @ cols^T,
@@ -306,7 +324,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
 }
 
 } // namespace ember::conv
-// ember-book: end convolution_kernels
+// ember-book: end conv_backward
 
 // ember-book: begin convolution
 namespace ember::conv {

@@ -52,7 +52,7 @@ class PrivateUse1StubSlot {
       ember_stub_slot_##stub(at::native::stub, kernel)
 // ember-book: end stub_registration
 
-// ember-book: begin elementwise_loops
+// ember-book: begin dtype_dispatch
 namespace ember {
 
 [[noreturn]] inline void noKernelFor(const char* op, at::ScalarType type,
@@ -98,6 +98,12 @@ void dispatchNumbersAndBool(const char* op, at::ScalarType type, F&& f) {
     default: noKernelFor(op, type, "Float, Double, Long and Bool");
   }
 }
+
+} // namespace ember
+// ember-book: end dtype_dispatch
+
+// ember-book: begin elementwise
+namespace ember {
 
 // A row of an elementwise loop: n elements, operand k at data[k] with byte
 // stride strides[k], every pointer ready to use. params: the op's constants.
@@ -174,7 +180,9 @@ inline void elementwise(const char* op, at::TensorIteratorBase& iter,
 }
 
 } // namespace ember
+// ember-book: end elementwise
 
+// ember-book: begin row_loops
 // The rows are the hot code: compiled with -O3 even where the rest of the
 // build is not (the book compiles without optimization), so the contiguous
 // cases become vector instructions. That needs the element function inlined
@@ -244,4 +252,4 @@ void binaryLoop(const char* op, at::TensorIteratorBase& iter, const F& f) {
 
 } // namespace ember
 #pragma GCC pop_options
-// ember-book: end elementwise_loops
+// ember-book: end row_loops

@@ -315,7 +315,7 @@ at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> generator) {
 #pragma GCC pop_options
 // ember-book: end random_integers
 
-// ember-book: begin random_tensors
+// ember-book: begin bernoulli_randperm
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 namespace ember {
@@ -378,6 +378,15 @@ at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
   }
   return out;
 }
+
+} // namespace ember
+#pragma GCC pop_options
+// ember-book: end bernoulli_randperm
+
+// ember-book: begin multinomial
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
 
 // One row of multinomial. With replacement: inverse CDF, sample s from
 // counter (row, s). Without: each category gets an exponential "arrival
@@ -476,7 +485,7 @@ at::Tensor multinomial(const at::Tensor& self, int64_t samples, bool replacement
 
 } // namespace ember
 #pragma GCC pop_options
-// ember-book: end random_tensors
+// ember-book: end multinomial
 
 // ember-book: begin dropout
 #pragma GCC push_options

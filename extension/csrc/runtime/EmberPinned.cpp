@@ -19,7 +19,7 @@
 #include "runtime/EmberPinned.h"
 #include "driver/ember_driver.h"
 
-// ember-book: begin pinned_memory
+// ember-book: begin pinned_blocks
 #include <ATen/core/CachingHostAllocator.h> // at::CachingHostAllocatorImpl
 #include <sys/mman.h> // mmap, munmap
 
@@ -61,6 +61,12 @@ uintptr_t pinnedStart(const void* ptr) {
 bool isPinnedPtr(const void* ptr) {
   return pinnedStart(ptr) != 0;
 }
+
+} // namespace ember
+// ember-book: end pinned_blocks
+
+// ember-book: begin pinned_allocator
+namespace ember {
 
 // An ember sync event recorded on a stream that used a freed block: the
 // block is reused once every such event has completed. Never throws (it
@@ -210,4 +216,4 @@ static HostAllocatorSlot host_allocator_slot;
 static PlugPinnedMemory plug_pinned_memory(&isPinnedPtr, &pinnedAllocator);
 
 } // namespace ember
-// ember-book: end pinned_memory
+// ember-book: end pinned_allocator
