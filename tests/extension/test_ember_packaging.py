@@ -27,6 +27,18 @@ EXTENSION = Path(__file__).resolve().parents[2] / "extension"
 DISTRIBUTION = "torch-ember"
 
 
+def python_in_extension(*args: str) -> subprocess.CompletedProcess[str]:
+    """Python run in extension/ (where setup.py is), without autoloading the installed backend."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=EXTENSION,
+        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_version_is_the_installed_distributions() -> None:
     assert Version(torch_ember.__version__) == Version(importlib.metadata.version(DISTRIBUTION))
 
@@ -85,14 +97,7 @@ def test_build_py_drops_stale_modules_from_sub_packages_too(tmp_path: Path) -> N
     for name in stale:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
-    done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
-        cwd=EXTENSION,
-        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_in_extension("setup.py", "-q", "build_py", "--build-lib", str(tmp_path))
     assert done.returncode == 0, done.stderr
     built = {path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.py")}
     assert built == _source_modules()
@@ -104,14 +109,7 @@ def test_the_build_backend_writes_the_wheels_metadata(tmp_path: Path) -> None:
         "from setuptools import build_meta\n"
         "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        cwd=EXTENSION,
-        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_in_extension("-c", script, str(tmp_path))
     assert done.returncode == 0, done.stderr
     dist_info = tmp_path / done.stdout.split()[-1]
     metadata = Parser().parsestr((dist_info / "METADATA").read_text())
