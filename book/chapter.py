@@ -39,8 +39,9 @@ from book.regions import (
 )
 
 CARRY_FORWARD = "carry-forward"
-# A cell that builds the chapter's own backend (an exercise build names its part).
-_BUILD_CELL = re.compile(r"^\s*book\.build\(\s*\)\s*$", re.MULTILINE)
+# A cell that builds the chapter's own backend, its result kept or not (`backend = book.build()`);
+# an exercise build names its part.
+_BUILD_CELL = re.compile(r"^\s*(?:\w+\s*=\s*)?book\.build\(\s*\)\s*(?:#.*)?$", re.MULTILINE)
 METADATA_KEY = "ember-book"  # the book's own cell metadata
 SUPERSEDED_BY = "superseded_by"
 
