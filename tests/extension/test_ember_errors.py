@@ -196,6 +196,52 @@ def test_embers_own_device_checks_say_pytorchs_sentence_first(name: str) -> None
         call(e, c)
 
 
+# cpu_fallback returns its results on the device of the first tensor argument. A CPU tensor first,
+# with ember tensors after it, used to give a CPU result silently: conv2d(cpu_input, ember_weight) runs
+# the CPU's convolution (the input decides), whose _slow_conv2d_forward the weight sends to ember,
+# which fell back. CUDA refuses a CPU tensor next to its own; so does ember, in PyTorch's words.
+CPU_FIRST: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
+    "conv2d": lambda c, e: torch.nn.functional.conv2d(c, e),
+    "conv2d_grad": lambda c, e: torch.nn.functional.conv2d(c, e.requires_grad_()),
+    "Conv2d": lambda c, e: torch.nn.Conv2d(2, 2, 3).to("ember")(c),
+    "conv1d": lambda c, e: torch.nn.functional.conv1d(c[:, :, 0], e[:, :, 0]),
+    "conv_transpose2d": lambda c, e: torch.nn.functional.conv_transpose2d(c, e),
+}
+
+
+@pytest.mark.parametrize("name", CPU_FIRST)
+def test_a_cpu_input_first_with_ember_weights_is_refused_not_computed_on_the_cpu(name: str) -> None:
+    c = torch.randn(1, 2, 5, 5)
+    e = torch.randn(2, 2, 3, 3, device="ember")
+    # oneDNN off: ATen's own slow convolution, whatever the shapes (with oneDNN, ATen picks it for
+    # larger inputs, and its check raises first; see the test below).
+    with warnings.catch_warnings(), torch.backends.mkldnn.flags(enabled=False):
+        warnings.simplefilter("ignore", UserWarning)  # oneDNN's note on TF32
+        with pytest.raises(
+            RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: aten::\S+ would run on the CPU"
+        ):
+            CPU_FIRST[name](c, e)
+
+
+def test_a_cpu_input_that_atens_onednn_convolution_takes_is_refused_in_atens_words() -> None:
+    """For the inputs ATen gives oneDNN, its own check of input and weight types speaks first (the
+    words CUDA's cuDNN convolution says for a CPU input and a CUDA weight)."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this build of PyTorch has no oneDNN")
+    with pytest.raises(
+        RuntimeError, match=r"^Input type \(torch.FloatTensor\) and weight type \(emberFloatType\)"
+    ):
+        torch.nn.functional.conv2d(torch.randn(8, 2, 16, 16), torch.randn(2, 2, 3, 3, device="ember"))
+
+
+def test_a_cpu_scalar_first_and_cpu_indices_still_work() -> None:
+    e = torch.arange(4.0, device="ember")
+    assert torch.where(torch.tensor(True), e, e).device.type == "ember"
+    indexed = e[torch.tensor([1, 2])]
+    assert indexed.device.type == "ember"
+    assert indexed.cpu().tolist() == [1.0, 2.0]
+
+
 def test_mixing_ember_and_cpu_is_rejected() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
