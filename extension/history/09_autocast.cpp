@@ -48,3 +48,12 @@
 +    grad_bias = at::sum_to(d_scores, attn_bias.sizes())
 +                    .to(attn_bias.scalar_type());
 // ember-book: end sdpa_overrideable.v1
+
+// ember-book: begin sdpa_choice.v1
+@@ -11,8 +10,0 @@ sha256:4ac577cb11
+@@ -29,9 +20,0 @@ sha256:a26859eede
+@@ -44,1 +27,1 @@ sha256:13781a35f7
++                    !enable_gqa;
+@@ -53,1 +36,1 @@ sha256:cf085f350f
++                     "no dropout");
+// ember-book: end sdpa_choice.v1

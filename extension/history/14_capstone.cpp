@@ -85,3 +85,29 @@
 @@ -45,2 +30,1 @@ sha256:827b5799df
 +              element(out, strides[0], i) += element(in, strides[1], i);
 // ember-book: end reductions.v2
+
+// ember-book: begin blas_ops.v2
+@@ -17,2 +16,0 @@ sha256:f5892e8d23
+@@ -20,3 +18,1 @@ sha256:d92a736f06
++                "ember: ", op, " expects all tensors on one ember device, "
+@@ -24,1 +20,1 @@ sha256:0d41ae9b0b
++                " on ", t->device());
+// ember-book: end blas_ops.v2
+
+// ember-book: begin host_kernel.v1
+@@ -27,1 +26,0 @@ sha256:0a98b76b44
+@@ -50,2 +49,6 @@ sha256:b73037da6d
++    } else {
++      // Only a CPU scalar may come along; the CPU kernel would take any
++      // other CPU tensor as is, and mix devices behind the caller's back.
++      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
++                  "ember tensors (and CPU scalars), got a ", t.dim(),
++                  "-D tensor on ", t.device());
+@@ -57,8 +59,0 @@ sha256:ddef532441
+// ember-book: end host_kernel.v1
+
+// ember-book: begin nll_loss.v1
+@@ -19,6 +19,2 @@ sha256:923238abce
++  TORCH_CHECK(target.device() == self.device(), "ember: ", op, " expects the ",
++              "target on ", self.device(), ", got it on ", target.device());
+// ember-book: end nll_loss.v1

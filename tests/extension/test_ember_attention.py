@@ -5,6 +5,9 @@ CPU, forward and backward, in float32 and under autocast; the caller's `sdpa_ker
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -123,3 +126,59 @@ def test_lower_precision_inputs_compute_in_float32(dtype: torch.dtype) -> None:
     reference = sdpa(q.float(), k.float(), v.float()).to(dtype)
     assert out.dtype == dtype
     torch.testing.assert_close(out.cpu(), reference)
+
+
+def _under_math(fn: Callable[[], object]) -> object:
+    with sdpa_kernel(SDPBackend.MATH):
+        return fn()
+
+
+@pytest.mark.parametrize(
+    "transform",
+    ["vmap", "vmap_mask", "vmap_query_only", "vmap_grad", "grad", "jacrev", "jvp", "hessian"],
+)
+def test_torch_func_over_attention_equals_the_cpus(transform: str) -> None:
+    """Each transform over scaled_dot_product_attention on ember equals the CPU's, and its math path.
+
+    The composite calls ember's choice (`_fused_sdp_choice_stub`) with the transform's own tensors, and
+    the choice sends them to the math path: the overrideable kernel has no batching rule, and functorch's
+    loop over the batch refuses an operator that returns integers. The CPU's default path, its flash
+    kernel, has no batching rule either (the loop runs it, with a warning) and no tangent formula: forward
+    mode (jvp, and hessian's jacfwd) fails there and works on ember."""
+    q, k, v = (
+        t.unsqueeze(0).repeat(3, 1, 1, 1, 1) + torch.arange(3.0).view(3, 1, 1, 1, 1) for t in qkv(2, 3, 5, 4)
+    )
+    mask = torch.randn(3, 5, 5, generator=torch.Generator().manual_seed(1))
+    small = [t[0, :1, :1, :3, :2].contiguous() for t in (q, k, v)]
+
+    def run(device: str) -> torch.Tensor:
+        qd, kd, vd, md = (t.to(device) for t in (q, k, v, mask))
+        sq, sk, sv = (t.to(device) for t in small)
+        func = torch.func
+        if transform == "vmap":
+            return func.vmap(sdpa)(qd, kd, vd)
+        if transform == "vmap_mask":
+            return func.vmap(lambda q, k, v, m: sdpa(q, k, v, attn_mask=m))(qd, kd, vd, md)
+        if transform == "vmap_query_only":
+            return func.vmap(lambda q: sdpa(q, kd[0], vd[0], is_causal=True))(qd)
+        if transform == "vmap_grad":
+            return func.vmap(func.grad(lambda q, k: sdpa(q, k, vd[0]).pow(2).sum()))(qd, kd)
+        if transform == "grad":
+            return func.grad(lambda q: sdpa(q, kd[0], vd[0]).pow(2).sum())(qd[0])
+        if transform == "jacrev":
+            return func.jacrev(lambda q: sdpa(q, sk, sv))(sq)
+        if transform == "jvp":
+            return func.jvp(lambda q: sdpa(q, kd[0], vd[0]), (qd[0],), (qd[1],))[1]
+        return func.hessian(lambda q: sdpa(q, sk, sv).pow(2).sum())(sq)
+
+    with warnings.catch_warnings():  # the CPU's loop over the batch warns of its speed
+        warnings.simplefilter("ignore", UserWarning)
+        on_ember = run(EMBER)
+        cpu_math = _under_math(lambda: run("cpu"))
+        if transform in ("jvp", "hessian"):
+            with pytest.raises(NotImplementedError, match="forward AD with _scaled_dot_product_flash"):
+                run("cpu")
+        else:
+            torch.testing.assert_close(on_ember.cpu(), run("cpu"))
+    assert on_ember.device.type == EMBER
+    torch.testing.assert_close(on_ember.cpu(), cpu_math)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 
@@ -86,8 +87,8 @@ def test_mixing_ember_devices_is_rejected(name: str) -> None:
         MIXED_OPS[name](a, b)
 
 
-# ember's native matrix products check their operands themselves: the message
-# names the operator that ran (matmul and linear run mm.out or addmm.out), and
+# ember's native matrix products check their operands themselves: PyTorch's sentence first, then
+# ember's detail, which names the operator that ran (matmul and linear run mm.out or addmm.out), and
 # the argument names and devices of the two tensors that disagree.
 MIXED_PRODUCTS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], str]] = {
     "matmul": (
@@ -118,7 +119,7 @@ def test_mixing_ember_devices_in_a_matrix_product_is_rejected(name: str) -> None
     a = torch.ones(2, 2, device="ember:0")
     b = torch.ones(2, 2, device="ember:1")
     op, message = MIXED_PRODUCTS[name]
-    with pytest.raises(RuntimeError, match=rf"^ember: {message}$"):
+    with pytest.raises(RuntimeError, match=rf"^{TWO_DEVICES} \(ember: {message}\)$"):
         op(a, b)
 
 
@@ -127,7 +128,7 @@ def test_matrix_product_of_ember_and_cpu_names_both_devices() -> None:
     b = torch.ones(2, 2)
     with pytest.raises(
         RuntimeError,
-        match=r"^ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu$",
+        match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: aten::mm\.out .* got self on ember:0 and mat2 on cpu\)$",
     ):
         torch.mm(a, b)
 
@@ -135,12 +136,110 @@ def test_matrix_product_of_ember_and_cpu_names_both_devices() -> None:
 def test_matrix_product_of_cpu_and_ember_names_both_devices() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
-    # The ember operand is the reference; the CPU one is named as the odd one out.
+    # The ember operand is the reference, as in PyTorch's TensorIterator (torch.add(cpu, ember) says
+    # "ember:0 and cpu" too); the CPU one is named as the odd one out.
     with pytest.raises(
         RuntimeError,
-        match=r"^ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu$",
+        match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: aten::mm\.out .* got mat2 on ember:0 and self on cpu\)$",
     ):
         torch.mm(b, a)
+
+
+def _cpu_sentence(call: Callable[[], object]) -> str:
+    """PyTorch's own sentence for the same mismatch, from an operator whose device check is PyTorch's
+    (TensorIterator's): its first line, without any detail in parentheses."""
+    with pytest.raises(RuntimeError) as raised:
+        call()
+    return str(raised.value).splitlines()[0].split(" (")[0]
+
+
+# Every check of ember's own says PyTorch's sentence first, with the same devices in the same order as
+# PyTorch's own check says for an ember and a CPU tensor, then ember's detail in parentheses.
+OWN_CHECKS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], str]] = {
+    "mm": (lambda e, c: torch.mm(e[0], c[0]), r"aten::mm\.out expects all tensors on one ember device"),
+    "addmm": (
+        lambda e, c: torch.addmm(c[0], e[0], e[0]),
+        r"aten::addmm\.out expects all tensors on one ember device, got mat1 on ember:0 and self on cpu",
+    ),
+    "bmm": (lambda e, c: torch.bmm(e, c), r"aten::bmm\.out expects all tensors on one ember device"),
+    "conv2d_cpu_weight": (
+        lambda e, c: torch.nn.functional.conv2d(e[None], c[None]),
+        r"aten::convolution takes ember tensors and CPU scalars, got a 4-D tensor on cpu",
+    ),
+    "conv2d_cpu_bias": (
+        lambda e, c: torch.nn.functional.conv2d(e[None], e[None], c[0, 0, :1]),
+        r"aten::convolution takes ember tensors and CPU scalars, got a 1-D tensor on cpu",
+    ),
+    "nll_loss_cpu_target": (
+        lambda e, c: torch.nn.functional.nll_loss(e[0], c[0, :, 0].long()),
+        r"aten::nll_loss_forward expects the target on ember:0, got it on cpu",
+    ),
+    "cross_entropy_cpu_target": (
+        lambda e, c: torch.nn.functional.cross_entropy(e[0], c[0, :, 0].long()),
+        r"aten::nll_loss_forward expects the target on ember:0, got it on cpu",
+    ),
+    "nll_loss_cpu_weight": (
+        lambda e, c: torch.nn.functional.nll_loss(e[0], e[0, :, 0].long(), weight=c[0, 0]),
+        r"aten::nll_loss_forward runs on ember:0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", OWN_CHECKS)
+def test_embers_own_device_checks_say_pytorchs_sentence_first(name: str) -> None:
+    c = torch.zeros(2, 3, 3)
+    e = c.to("ember")
+    sentence = _cpu_sentence(lambda: torch.add(e, c))
+    assert sentence == f"{SAME_DEVICE}, ember:0 and cpu!"
+    call, detail = OWN_CHECKS[name]
+    with pytest.raises(RuntimeError, match=rf"^{re.escape(sentence)} \(ember: {detail}.*\)$"):
+        call(e, c)
+
+
+# cpu_fallback returns its results on the device of the first tensor argument. A CPU tensor first,
+# with ember tensors after it, used to give a CPU result silently: conv2d(cpu_input, ember_weight) runs
+# the CPU's convolution (the input decides), whose _slow_conv2d_forward the weight sends to ember,
+# which fell back. CUDA refuses a CPU tensor next to its own; so does ember, in PyTorch's words.
+CPU_FIRST: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
+    "conv2d": lambda c, e: torch.nn.functional.conv2d(c, e),
+    "conv2d_grad": lambda c, e: torch.nn.functional.conv2d(c, e.requires_grad_()),
+    "Conv2d": lambda c, e: torch.nn.Conv2d(2, 2, 3).to("ember")(c),
+    "conv1d": lambda c, e: torch.nn.functional.conv1d(c[:, :, 0], e[:, :, 0]),
+    "conv_transpose2d": lambda c, e: torch.nn.functional.conv_transpose2d(c, e),
+}
+
+
+@pytest.mark.parametrize("name", CPU_FIRST)
+def test_a_cpu_input_first_with_ember_weights_is_refused_not_computed_on_the_cpu(name: str) -> None:
+    c = torch.randn(1, 2, 5, 5)
+    e = torch.randn(2, 2, 3, 3, device="ember")
+    # oneDNN off: ATen's own slow convolution, whatever the shapes (with oneDNN, ATen picks it for
+    # larger inputs, and its check raises first; see the test below).
+    with warnings.catch_warnings(), torch.backends.mkldnn.flags(enabled=False):
+        warnings.simplefilter("ignore", UserWarning)  # oneDNN's note on TF32
+        with pytest.raises(
+            RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: aten::\S+ would run on the CPU"
+        ):
+            CPU_FIRST[name](c, e)
+
+
+def test_a_cpu_input_that_atens_onednn_convolution_takes_is_refused_in_atens_words() -> None:
+    """For the inputs ATen gives oneDNN, its own check of input and weight types speaks first (the
+    words CUDA's cuDNN convolution says for a CPU input and a CUDA weight)."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this build of PyTorch has no oneDNN")
+    with pytest.raises(
+        RuntimeError, match=r"^Input type \(torch.FloatTensor\) and weight type \(emberFloatType\)"
+    ):
+        torch.nn.functional.conv2d(torch.randn(8, 2, 16, 16), torch.randn(2, 2, 3, 3, device="ember"))
+
+
+def test_a_cpu_scalar_first_and_cpu_indices_still_work() -> None:
+    e = torch.arange(4.0, device="ember")
+    assert torch.where(torch.tensor(True), e, e).device.type == "ember"
+    indexed = e[torch.tensor([1, 2])]
+    assert indexed.device.type == "ember"
+    assert indexed.cpu().tolist() == [1.0, 2.0]
 
 
 def test_mixing_ember_and_cpu_is_rejected() -> None:

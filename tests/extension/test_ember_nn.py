@@ -195,7 +195,11 @@ def test_bad_inputs_are_refused_before_the_launch() -> None:
         r"ember:0 and cpu! \(ember: aten::native_batch_norm runs on ember:0\)",
     ):
         F.batch_norm(x, torch.zeros(3), torch.ones(3), training=False)
-    with pytest.raises(RuntimeError, match=r"ember: aten::nll_loss_forward expects the target on ember:0"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Expected all tensors to be on the same device, but found at least two devices, ember:0 and cpu! "
+        r"\(ember: aten::nll_loss_forward expects the target on ember:0, got it on cpu\)",
+    ):
         F.nll_loss(torch.randn(3, 5, device=EMBER), torch.tensor([0, 1, 2]))
 
 
@@ -292,7 +296,11 @@ def test_conv3d_trains_under_autocast() -> None:
 
 def test_the_host_kernel_refuses_a_cpu_tensor_next_to_ember_tensors() -> None:
     x = torch.randn(1, 2, 5, 5, device=EMBER)
-    with pytest.raises(RuntimeError, match=r"ember: aten::convolution expects ember tensors .* on cpu"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Expected all tensors to be on the same device, but found at least two devices, ember:0 and cpu! "
+        r"\(ember: aten::convolution takes ember tensors and CPU scalars, got a 4-D tensor on cpu\)",
+    ):
         torch.ops.aten.convolution_overrideable(
             x, torch.randn(3, 2, 3, 3), None, [1], [0], [1], False, [0], 1
         )

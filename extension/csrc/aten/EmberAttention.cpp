@@ -43,6 +43,14 @@ namespace ember {
 // no dropout (it would need ember's generator). Anything else, or a caller
 // who disabled the overrideable backend (torch.nn.attention.sdpa_kernel),
 // gets the math path, if that is enabled.
+//
+// So do torch.func's tensors (chapter 18). The composite makes this choice
+// on vmap's batched tensors and grad's (or jvp's) wrappers themselves,
+// before functorch unwraps them. functorch has no batching rule for the
+// overrideable kernel, and its fallback (a loop over the batch) refuses an
+// operator that returns integers, as this one does (max_q, max_k): vmap
+// and vmap(grad) would stop at it. The math path is operators that all
+// have batching rules and formulas, each reaching its ember kernel.
 int64_t sdpaChoice(const at::Tensor& query, const at::Tensor& key,
                    const at::Tensor& value,
                    const std::optional<at::Tensor>& attn_mask,
@@ -53,13 +61,22 @@ int64_t sdpaChoice(const at::Tensor& query, const at::Tensor& key,
     return dtype == at::kFloat || dtype == at::kHalf ||
            dtype == at::kBFloat16;
   };
+  // FuncTorchBatched (vmap), FuncTorchGradWrapper (grad, jvp, and a
+  // vmap(grad) input: the wrapper hides the batched tensor inside it).
+  const auto transformed = [](const at::Tensor& t) {
+    return t.key_set().has_any(c10::functorch_transforms_ks);
+  };
+  const bool under_functorch =
+      transformed(query) || transformed(key) || transformed(value) ||
+      (attn_mask.has_value() && attn_mask->defined() &&
+       transformed(*attn_mask));
   const bool fits = query.dim() == 4 && key.dim() == 4 && value.dim() == 4 &&
                     !query.is_nested() && floating(query) &&
                     key.scalar_type() == query.scalar_type() &&
                     value.scalar_type() == query.scalar_type() &&
                     key.size(1) == query.size(1) &&
                     value.size(1) == query.size(1) && dropout_p == 0.0 &&
-                    !enable_gqa;
+                    !enable_gqa && !under_functorch;
   const at::Context& context = at::globalContext();
   if (fits && context.userEnabledOverrideableSDP()) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
@@ -68,7 +85,7 @@ int64_t sdpaChoice(const at::Tensor& query, const at::Tensor& key,
               "scaled_dot_product_attention: the math path is disabled, and ",
               fits ? "so is the overrideable one"
                    : "ember's kernel takes 4-D float tensors, one head count, "
-                     "no dropout");
+                     "no dropout, no torch.func transform");
   return static_cast<int64_t>(at::SDPBackend::math);
 }
 

@@ -29,10 +29,14 @@ void checkOperands(const char* op, std::initializer_list<Named> named) {
   const auto& [first_name, first] =
       on_ember != named.end() ? *on_ember : *named.begin();
   for (const auto& [name, t] : named) {
+    // PyTorch's words first, as its generated device checks say them (its
+    // tests and its users match on them); which operands, after them.
     TORCH_CHECK(t->is_privateuseone() && t->device() == first->device(),
-                "ember: ", op, " expects all tensors on one ember device, "
+                "Expected all tensors to be on the same device, but found at "
+                "least two devices, ", first->device(), " and ", t->device(),
+                "! (ember: ", op, " expects all tensors on one ember device, "
                 "got ", first_name, " on ", first->device(), " and ", name,
-                " on ", t->device());
+                " on ", t->device(), ")");
     TORCH_CHECK(t->scalar_type() == first->scalar_type(), "ember: ", op,
                 " on ", first->device(), " expects one dtype, got ",
                 first_name, " ", first->scalar_type(), " and ", name, " ",

@@ -194,6 +194,61 @@ void checkOneEmberDevice(const c10::OperatorHandle& op,
 static const bool one_device_registered =
     (fallbackChecks().push_back(&checkOneEmberDevice), true);
 
+// The same rule picks the CPU when the first tensor argument is a CPU
+// tensor: conv2d(cpu_input, ember_weight) reached the fallback (through
+// _slow_conv2d_forward, the CPU's convolution for a CPU input, dispatched
+// to ember by the weight) and returned the CPU's result, no error. CUDA's
+// kernels refuse such a call in PyTorch's words; so does ember. A CPU
+// scalar may still come first, and a Device argument picks the device
+// itself.
+void checkResultOnEmber(const c10::OperatorHandle& op,
+                        c10::ArrayRef<c10::IValue> arguments) {
+  std::optional<at::Tensor> picked; // the tensor cpu_fallback's rule picks
+  std::optional<c10::Device> ember;
+  const auto visit = [&](const at::Tensor& tensor, bool plain) {
+    if (!tensor.defined()) {
+      return;
+    }
+    if (!ember.has_value() && tensor.is_privateuseone()) {
+      ember = tensor.device();
+    }
+    if (plain && !picked.has_value()) {
+      picked = tensor;
+    }
+  };
+  std::optional<at::Tensor> first_in_list;
+  for (const c10::IValue& value : arguments) {
+    if (value.isDevice()) {
+      return;
+    }
+    if (value.isTensor()) {
+      visit(value.toTensor(), true);
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorVector()) {
+        visit(tensor, false);
+        if (!first_in_list.has_value() && tensor.defined()) {
+          first_in_list = tensor;
+        }
+      }
+    }
+  }
+  if (!picked.has_value()) {
+    picked = first_in_list; // no plain tensor: the first in a list
+  }
+  if (!ember.has_value() || !picked.has_value() ||
+      picked->is_privateuseone() || (picked->is_cpu() && picked->dim() == 0)) {
+    return;
+  }
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but ",
+              "found at least two devices, ", *ember, " and ",
+              picked->device(), "! (ember: ", op.operator_name(), " would ",
+              "run on the CPU and return its result on ", picked->device(),
+              ", the device of its first tensor argument)");
+}
+
+static const bool result_registered =
+    (fallbackChecks().push_back(&checkResultOnEmber), true);
+
 // An out= (or in-place) tensor on another device than the ember inputs:
 // cpu_fallback would compute on the CPU and then copy the result back with
 // _copy_from_and_resize dispatched on the out= tensor's device, which for a

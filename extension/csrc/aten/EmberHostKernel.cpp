@@ -40,6 +40,7 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - schema.arguments().size();
   std::vector<at::Tensor> tensors;
   std::vector<size_t> positions;
+  std::optional<at::Tensor> stray; // a CPU tensor that is not a scalar
   for (size_t i = first; i < stack->size(); ++i) {
     const c10::IValue& value = (*stack)[i];
     TORCH_CHECK(!value.isTensorList() && !value.isOptionalTensorList(),
@@ -62,17 +63,21 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       tensors.push_back(t);
       positions.push_back(i);
-    } else {
-      // Only a CPU scalar may come along; the CPU kernel would take any
-      // other CPU tensor as is, and mix devices behind the caller's back.
-      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
-                  "ember tensors (and CPU scalars), got a ", t.dim(),
-                  "-D tensor on ", t.device());
+    } else if (!(t.is_cpu() && t.dim() == 0) && !stray.has_value()) {
+      stray = t;
     }
   }
   TORCH_CHECK(!tensors.empty(), "ember: ", name, " reached the host kernel ",
               "without an ember tensor");
   const c10::Device device = tensors.front().device();
+  // Only a CPU scalar may come along; the CPU kernel would take any other
+  // CPU tensor as is, and mix devices behind the caller's back. Refused in
+  // PyTorch's words (onHost's), once the ember device is known.
+  TORCH_CHECK(!stray.has_value(), "Expected all tensors to be on the same ",
+              "device, but found at least two devices, ", device, " and ",
+              stray->device(), "! (ember: ", name, " takes ember tensors and ",
+              "CPU scalars, got a ", stray->dim(), "-D tensor on ",
+              stray->device(), ")");
   std::vector<const at::Tensor*> pointers;
   for (const at::Tensor& t : tensors) {
     pointers.push_back(&t);

@@ -105,8 +105,12 @@ std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& self,
   TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "ember: ", op, " on ",
               self.device(), " expects 1-D or 2-D log-probabilities, got ",
               self.dim(), "-D");
-  TORCH_CHECK(target.device() == self.device(), "ember: ", op, " expects the ",
-              "target on ", self.device(), ", got it on ", target.device());
+  // PyTorch's words first, as its generated device checks say them.
+  TORCH_CHECK(target.device() == self.device(), "Expected all tensors to be ",
+              "on the same device, but found at least two devices, ",
+              self.device(), " and ", target.device(), "! (ember: ", op,
+              " expects the target on ", self.device(), ", got it on ",
+              target.device(), ")");
   const c10::DeviceGuard guard(self.device());
   const bool per_sample = reduction == 0 && self.dim() == 2; // Reduction::None
   Tensor output = per_sample ? at::empty({self.size(0)}, self.options())
