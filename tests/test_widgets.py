@@ -411,7 +411,7 @@ def test_the_by_chapter_view_marks_revised_entries() -> None:
     data = b.ByChapter(2, ("PrivateUse1",), {"fallback": fallback_group, "stub_kernels": stub}, {}, [])
     assert stub.revised == {"capstone": 2} and fallback_group.revised == {}
     text = v.render_text(data)
-    row = next(line for line in text.splitlines() if line.startswith("stub_kernels"))
+    row = next(line for line in text.splitlines() if line.startswith("04_stub_kernels"))  # its notebook
     assert row.split()[1:5] == ["2", "2", "2", "in"] and "14" in row
     html = v.render_html(data)
     assert html.count("revised in 14") == 2  # each of chapter 04's rows, in its details
