@@ -3,7 +3,7 @@
 A chapter notebook starts with::
 
     import book
-    book.start_chapter(2)
+    book.start_chapter("minimal_ops")
 
 then shows its C++ in ``%%cpp NAME`` cells and compiles everything so far
 with ``book.build()``.
@@ -101,16 +101,17 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-def start_chapter(number: int) -> None:
-    """Make this kernel chapter `number`: register %%cpp, forget staged parts, and
-    replay the Python state the earlier chapters carry forward (their cells
-    tagged ``carry-forward``, e.g. chapter 01's registration of the device module).
+def start_chapter(chapter: Chapter | str) -> None:
+    """Make this kernel the chapter `chapter` (a `Chapter` or its slug, e.g. "minimal_ops"):
+    register %%cpp, forget staged parts, and replay the Python state the earlier chapters
+    carry forward (their cells tagged ``carry-forward``, e.g. the allocator chapter's
+    registration of the device module).
     """
     from book.cells import SESSION, register_magic
     from book.chapter import Chapter
 
-    chapter = Chapter.of(number)
-    SESSION.start(chapter.stem)
+    chapter = Chapter.of(chapter)
+    SESSION.start(chapter.slug)
     register_magic()
     errors.install()  # long errors compact, the full text one click away; no machine paths
     chapter.replay_earlier(_user_namespace())

@@ -33,7 +33,8 @@ import textwrap
 from pathlib import Path
 
 from book import preload, toolchain
-from book.chapter import chapters
+from book.chapter import Chapter, chapters
+from book.regions import notebook_stem
 
 PLAIN_BASELINE = textwrap.dedent(
     """
@@ -109,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "chapters",
         nargs="*",
-        type=int,
-        help="time only these chapter numbers (earlier ones are built untimed)",
+        help="time only these chapters, by slug (earlier ones are built untimed)",
     )
-    selected = set(parser.parse_args(argv).chapters)
+    selected = {Chapter.of(slug).slug for slug in parser.parse_args(argv).chapters}
 
     cache = Path(tempfile.mkdtemp(prefix="ember-bench-"))  # an empty build cache, removed at the end
     try:
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _measure(selected: set[int], cache: Path) -> int:
+def _measure(selected: set[str], cache: Path) -> int:
     env = dict(os.environ, EMBER_BOOK_CACHE=str(cache), EMBER_BOOK_BATCH="1")
     baseline = _run(PLAIN_BASELINE, env)["seconds"]
     warm_up = _run(WARM_UP, env)["seconds"]
@@ -138,23 +138,24 @@ def _measure(selected: set[int], cache: Path) -> int:
     check_fractions: list[float] = []
     last: dict = {}
     last_parts: list = []
-    last_stem = ""
+    last_slug = ""
+    last_selected = max((Chapter.of(slug).index for slug in selected), default=None)
     for chapter in chapters():
-        if not chapter.parts() or (selected and chapter.number > max(selected)):
+        if not chapter.parts() or (last_selected is not None and chapter.index > last_selected):
             continue
-        if selected and chapter.number not in selected:
+        if selected and chapter.slug not in selected:
             parts = [(p.chapter, p.name, p.source) for p in chapter.parts_through()]
             _run(
-                CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem
+                CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.slug
             )  # its units, for the next chapter
             continue
         builds = chapter.build_cells()
         slowest = 0.0
         for number, build_parts in enumerate(builds, 1):
             parts = [(p.chapter, p.name, p.source) for p in build_parts]
-            label = chapter.stem if len(builds) == 1 else f"{chapter.stem} #{number}"
-            cold = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem)
-            warm = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.stem)
+            label = chapter.notebook if len(builds) == 1 else f"{chapter.notebook} #{number}"
+            cold = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.slug)
+            warm = _run(CHAPTER_BUILD, env, _parts_file(cache, parts), chapter.slug)
             if not cold["compiled"] or warm["compiled"]:
                 raise RuntimeError(f"{label}: expected a compile then a cache hit")
             if len(cold["checks"]) != 1 or warm["checks"]:
@@ -168,18 +169,18 @@ def _measure(selected: set[int], cache: Path) -> int:
                 f"{label:<21} {len(parts):>5} {cold['units']:>5} {cold['seconds']:>7.2f} {check:>8.2f} "
                 f"{check / cold['seconds']:>10.0%} {warm['seconds']:>7.2f} {ratio:>14.2f}"
             )
-            last, last_parts, last_stem = cold, parts, chapter.stem
+            last, last_parts, last_slug = cold, parts, chapter.slug
         if len(builds) > 1:
-            print(f"{chapter.stem + ', slowest build':<45} {slowest:>45.2f}")
+            print(f"{chapter.notebook + ', slowest build':<45} {slowest:>45.2f}")
         worst = max(worst, slowest)
     if last:
         # A reader who opens the last chapter first: every earlier chapter's units compile too (once).
         for path in last["unit_objects"]:
             Path(path).unlink(missing_ok=True)
         shutil.rmtree(Path(last["library"]).parent)
-        first = _run(CHAPTER_BUILD, env, _parts_file(cache, last_parts), last_stem)
+        first = _run(CHAPTER_BUILD, env, _parts_file(cache, last_parts), last_slug)
         print(
-            f"{last_stem} with no unit compiled before (opened first): {first['seconds']:.2f} s "
+            f"{notebook_stem(last_slug)} with no unit compiled before (opened first): {first['seconds']:.2f} s "
             f"({first['seconds'] / baseline:.2f} of the baseline), once per machine"
         )
     print()

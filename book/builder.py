@@ -40,7 +40,7 @@ from book import compile_errors, environment, preload, stable, toolchain, units
 from book import driver as ember_driver
 from book.paths import CSRC, cache_dir
 from book.progress import Status
-from book.regions import CppPart
+from book.regions import CppPart, chapter_slugs, label
 
 # Linked into every build, as a unit of its own. Two process-wide slots point at objects the build
 # owns, which are destroyed when the build is retired: clear them in a static
@@ -83,7 +83,7 @@ class Build:
 
     def __repr__(self) -> str:
         # Shown when a cell ends with book.build(): no hashes or paths (nbval compares it).
-        return f"<ember build for chapter {self.chapter[:2]}: {len(self.parts)} C++ parts>"
+        return f"<ember build for chapter {label(self.chapter)}: {len(self.parts)} C++ parts>"
 
     @property
     def library(self) -> Path:
@@ -109,13 +109,19 @@ def epilogue_unit() -> units.Unit:
 
 
 def _describe(parts: list[CppPart], chapter: str) -> str:
-    chapters = sorted({p.chapter[:2] for p in parts})
+    chapters = [label(slug) for slug in _in_book_order({p.chapter for p in parts})]
     if len(chapters) > 1:
         source = f"chapters {chapters[0]}–{chapters[-1]}"
     else:
         source = f"chapter {chapters[0]}" if chapters else "no chapter"
     noun = "part" if len(parts) == 1 else "parts"
-    return f"ember backend for chapter {chapter[:2]} ({len(parts)} C++ {noun} from {source})"
+    return f"ember backend for chapter {label(chapter)} ({len(parts)} C++ {noun} from {source})"
+
+
+def _in_book_order(slugs: set[str]) -> list[str]:
+    """The chapters `slugs` in _toc.yml's order; a slug the book does not list (a test's) last."""
+    order = {slug: index for index, slug in enumerate(chapter_slugs())}
+    return sorted(slugs, key=lambda slug: (order.get(slug, len(order)), slug))
 
 
 def build(parts: list[CppPart], chapter: str | None = None) -> Build:
@@ -123,11 +129,11 @@ def build(parts: list[CppPart], chapter: str | None = None) -> Build:
 
     The builder takes parts: what a chapter's ``book.build()`` gathers (the earlier
     chapters' parts and this chapter's staged ones) is the notebook layer's
-    (`book.cells.build`); tests hand it an exact list (``Chapter.of(N).parts_through()``).
-    `chapter` names the build (default: the last part's chapter).
+    (`book.cells.build`); tests hand it an exact list (``Chapter.of("fallback").parts_through()``).
+    `chapter` (a chapter's slug: `Chapter.slug`) names the build (default: the last part's chapter).
     """
     global _LOADED
-    chapter = chapter or (parts[-1].chapter if parts else "00")
+    chapter = chapter or (parts[-1].chapter if parts else "none")
     if not parts:
         raise ValueError("there are no %%cpp parts to build yet")
 
@@ -143,7 +149,7 @@ def build(parts: list[CppPart], chapter: str | None = None) -> Build:
     # What gets compiled and linked beyond `source`: the prelude, and the driver
     # (its header is included; its directory, named by its hash, is linked).
     key = env.build_key(stable.ldflags(), [*(unit.text for unit in linked), source])
-    name = f"ember_{chapter[:2]}_{key}"
+    name = f"ember_{chapter}_{key}"
     description = _describe(parts, chapter)
     if _LOADED is not None and _LOADED.name == name:
         with Status(f"loading the {description}") as status:
@@ -215,7 +221,7 @@ def compile_library(name: str, source: str, directory: Path, extra_ldflags: list
 
 
 def _compile_and_load(new: Build, driver: Path) -> None:
-    summary = f"C++ build of chapter {new.chapter[:2]} failed"
+    summary = f"C++ build of chapter {label(new.chapter)} failed"
     # Units come from the object cache; those no build compiled before are
     # compiled now, in parallel. load_inline then links them into the library.
     objects = units.compile_objects(new.linked, summary)

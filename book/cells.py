@@ -152,17 +152,18 @@ class Session:
     """The current chapter and the parts its executed cells have staged."""
 
     def __init__(self) -> None:
-        self.chapter: str | None = None
+        self.chapter: str | None = None  # the running chapter's slug
         self.staged: dict[str, CppPart] = {}
 
     def start(self, chapter: str) -> None:
+        """Make `chapter` (a slug) the running chapter, nothing staged."""
         self.chapter = chapter
         self.staged = {}
 
     def stage(self, name: str, body: str) -> Revision | None:
         """Stage a cell's part; if it revises an earlier version, say which and how."""
         if self.chapter is None:
-            raise RuntimeError("call book.start_chapter(N) before the first %%cpp cell")
+            raise RuntimeError("call book.start_chapter(SLUG) before the first %%cpp cell")
         part = CppPart(self.chapter, name, normalize(body))
         revision = self._revision(part)
         # Re-running a cell replaces its part in place, keeping cell order.
@@ -172,7 +173,7 @@ class Session:
     def show_stable(self, name: str, body: str) -> str | None:
         """A `%%cpp --stable NAME` cell stages nothing. Returns a note if the reader edited it."""
         if self.chapter is None:
-            raise RuntimeError("call book.start_chapter(N) before the first %%cpp cell")
+            raise RuntimeError("call book.start_chapter(SLUG) before the first %%cpp cell")
         shown = shown_stable(self.chapter, name)
         if shown is not None and shown.source == normalize(body):
             return None
@@ -193,7 +194,7 @@ class Session:
         """The backend as this chapter builds it: the earlier chapters' parts, then
         this chapter's staged ones (unless own=False), then the named exercises."""
         if self.chapter is None:
-            raise RuntimeError("call book.start_chapter(N) first")
+            raise RuntimeError("call book.start_chapter(SLUG) first")
         parts = parts_before(self.chapter)
         if own:
             parts = resolve(parts + main_parts(self.staged.values()))
@@ -212,10 +213,10 @@ def revision(name: str) -> Revision:
     before it, as the notebook files show them (its `summary()` is one line, its diff the
     cell's output)."""
     if SESSION.chapter is None:
-        raise RuntimeError("call book.start_chapter(N) first")
+        raise RuntimeError("call book.start_chapter(SLUG) first")
     shown = versions_through(SESSION.chapter, name)
     if len(shown) < 2 or shown[-1].chapter != SESSION.chapter:
-        raise LookupError(f"chapter {SESSION.chapter} does not revise a part named {name!r}")
+        raise LookupError(f"chapter {SESSION.chapter!r} does not revise a part named {name!r}")
     return Revision(shown[-2], shown[-1], len(shown))
 
 
@@ -252,7 +253,7 @@ def build(*exercises: str, own: bool = True) -> Build:
     It builds the earlier chapters' parts and this chapter's staged ones.
     ``book.build("exercise_x")`` adds staged exercise parts; ``own=False`` leaves
     this chapter's own parts out. The builder takes the parts the session gathers
-    (`Session.parts`); tests hand it exact part lists (``Chapter.of(N).parts_through()``).
+    (`Session.parts`); tests hand it exact part lists (``Chapter.of("fallback").parts_through()``).
     """
     from book import builder  # the build layer (it imports torch); this layer reads notebooks only
 

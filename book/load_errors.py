@@ -14,6 +14,7 @@ import signal
 from typing import Protocol
 
 from book.compile_errors import from_load_failure
+from book.regions import label
 
 
 class ChildOutcome(Protocol):
@@ -31,7 +32,7 @@ _WHAT_END = re.compile(r"^(Exception raised from |frame #\d+|<omitting python fr
 
 def explain(result: ChildOutcome, chapter: str) -> str:
     """The reader's error for a child that did not get through loading and retiring."""
-    summary = f"C++ build of chapter {chapter[:2]} failed"
+    summary = f"C++ build of chapter {label(chapter)} failed"
     for line in result.stdout.splitlines():
         if line.startswith("dlopen failed: "):
             return str(from_load_failure(line.removeprefix("dlopen failed: "), summary))

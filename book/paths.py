@@ -7,6 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = REPO / "chapters"
+TOC = REPO / "_toc.yml"  # the chapters and their order
 EXTENSION = REPO / "extension"
 CSRC = EXTENSION / "csrc"
 BOOK_CPP = Path(__file__).resolve().parent / "cpp"

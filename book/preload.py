@@ -155,8 +155,7 @@ def run_child(
 def check(library: Path, chapter: str, preload: Sequence[Path] = ()) -> None:
     """Raise CppBuildError if loading `library` would end the process; cache the verdict.
 
-    `chapter` is the notebook stem (its first two characters name the chapter
-    in the message).
+    `chapter` is the chapter's slug (the message names it by its label, "chapter 02").
     """
     message = cached_verdict(library)
     if message is None:

@@ -4,7 +4,7 @@ The book runs the package's own device module (``extension/torch_ember/device_mo
 loaded by path by ``book.device_module()``), so a chapter does not define it again: it
 shows it. A code cell that starts with ``%%py NAME`` holds the text of the region
 ``# ember-book: begin NAME`` ... ``# ember-book: end NAME`` of a file under
-``extension/torch_ember/``, byte-identical, or of ``extension/history/<chapter>.py``
+``extension/torch_ember/``, byte-identical, or of ``chapters/history/<slug>.py``
 (region ``NAME.vK``) for a version a later chapter replaces: the same rules as the
 C++ (``book.sync`` checks both, and ``--write`` copies both).
 
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from book.paths import CHAPTERS
-from book.regions import chapter_paths, code_cells, normalize
+from book.regions import chapter_path, chapter_paths, code_cells, normalize, notebook_stem, slug_of
 
 MAGIC = "py"
 _MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<name>[A-Za-z_][\w.-]*)\s*$")
@@ -36,13 +35,13 @@ EDIT_NOTE = (
 class PyPart:
     """One named piece of the package's Python shown by a chapter."""
 
-    chapter: str  # notebook stem, e.g. "01_allocator"
+    chapter: str  # the chapter's slug, e.g. "allocator"
     name: str  # the region's name, e.g. "memory"
     source: str  # the cell body, without the magic line
 
     @property
     def origin(self) -> str:
-        return f"{self.chapter}.ipynb[{self.name}]"
+        return f"{notebook_stem(self.chapter)}.ipynb[{self.name}]"
 
     @property
     def magic_line(self) -> str:
@@ -63,7 +62,7 @@ def parse_magic(cell_source: str) -> tuple[str, str] | None:
 def parts_in_notebook(path: Path) -> list[PyPart]:
     """The Python parts a notebook file shows, in cell order."""
     parsed = (parse_magic(source) for source in code_cells(path))
-    return [PyPart(path.stem, name, body) for name, body in filter(None, parsed)]
+    return [PyPart(slug_of(path), name, body) for name, body in filter(None, parsed)]
 
 
 def chapter_parts(notebooks: list[Path] | None = None) -> list[PyPart]:
@@ -74,10 +73,12 @@ def chapter_parts(notebooks: list[Path] | None = None) -> list[PyPart]:
 
 
 def edit_note(chapter: str | None, name: str, body: str) -> str | None:
-    """None if the cell is as `chapter`'s notebook file shows it, else the note to print."""
+    """None if the cell is as the notebook file of `chapter` (a slug) shows it, else the note to print."""
     if chapter is not None:
-        path = CHAPTERS / f"{chapter}.ipynb"
-        shown = parts_in_notebook(path) if path.exists() else []
+        try:
+            shown = parts_in_notebook(chapter_path(chapter))
+        except LookupError:  # a notebook _toc.yml does not list
+            shown = []
         if any(part.name == name and part.source == normalize(body) for part in shown):
             return None
     return EDIT_NOTE.format(magic=magic_line(name))

@@ -10,11 +10,21 @@ they take parts) and the drift check (`book.sync`: every part equals its region)
 This module reads files and nothing else: it imports neither torch nor the drift checker, so
 the build path can ask where a region lives (`extension_regions`) without either.
 
+Chapters: a name, a file, a place in the book
+---------------------------------------------
+A chapter's identity is its *slug*, the stem of its notebook file without the number prefix
+(``chapters/02_minimal_ops.ipynb`` is ``minimal_ops``; a file may have no prefix at all). The
+order of the chapters is the order of ``_toc.yml``, never a comparison of names or numbers, so a
+chapter inserted in the middle of the book changes no other chapter's file. The prefix, where
+there is one, is only the chapter's *label*: what outputs print ("chapter 02") and what the
+intro's table shows.
+
 History without duplication
 ---------------------------
-An earlier version of a part, revised by a later cell, lives in ``extension/history/<chapter>``
+An earlier version of a part, revised by a later cell, lives in ``chapters/history/<slug>``
 (``.cpp``, or ``.py`` for the package's Python) as region ``NAME.vK``, K counting the versions
-in book order. Most of an earlier version is the same text as the version after it, so a
+in book order; an exercise's solution in ``chapters/solutions/<slug>.cpp``. Both are book
+material: the package never compiles them. Most of an earlier version is the same text as the version after it, so a
 history region stores only what differs:
 
 * a region whose body is a difference (its first line starts with ``@@ ``) holds the hunks of
@@ -41,7 +51,86 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from book.paths import CHAPTERS, CSRC, EXTENSION, REPO
+import yaml
+
+from book.paths import CHAPTERS, CSRC, EXTENSION, REPO, TOC
+
+# -- chapters: their slugs, their files and their order ---------------------------------------
+
+# A chapter notebook's stem: an optional label ("02", "05a") and an underscore, then the slug.
+_STEM = re.compile(r"^(?:(?P<label>\d+[a-z]?)_)?(?P<slug>[a-z][a-z0-9_]*)$")
+_TOC_CACHE: dict[Path, tuple[float, tuple[Path, ...]]] = {}
+
+
+def slug_of(notebook: Path | str) -> str:
+    """A chapter's identity, from its notebook file (or stem): ``02_minimal_ops`` -> ``minimal_ops``."""
+    stem = Path(notebook).stem if isinstance(notebook, Path) or notebook.endswith(".ipynb") else notebook
+    match = _STEM.match(stem)
+    if match is None:
+        raise ValueError(f"{stem!r} is not a chapter's file name: [NN_]slug, the slug in lowercase words")
+    return match["slug"]
+
+
+def chapter_paths() -> list[Path]:
+    """All chapter notebooks, in book order: the order of the notebooks ``_toc.yml`` lists."""
+    mtime = TOC.stat().st_mtime
+    cached = _TOC_CACHE.get(TOC)
+    if cached is None or cached[0] != mtime:
+        found: list[Path] = []
+
+        def walk(entries: list[dict]) -> None:
+            for entry in entries:
+                file = entry.get("file")
+                path = REPO / f"{file}.ipynb" if file else None
+                if path is not None and path.parent == CHAPTERS and path.is_file():
+                    found.append(path)
+                for key in ("parts", "chapters", "sections"):
+                    walk(entry.get(key) or [])
+
+        walk([yaml.safe_load(TOC.read_text())])
+        slugs = [slug_of(path) for path in found]
+        twice = {slug for slug in slugs if slugs.count(slug) > 1}
+        if twice:
+            raise ValueError(f"{TOC.name}: two chapters have the slug {sorted(twice)[0]!r}")
+        cached = _TOC_CACHE[TOC] = (mtime, tuple(found))
+    return list(cached[1])
+
+
+def chapter_slugs() -> list[str]:
+    """Every chapter's slug, in book order."""
+    return [slug_of(path) for path in chapter_paths()]
+
+
+def chapter_path(slug: str) -> Path:
+    """The notebook of the chapter `slug`; LookupError if _toc.yml lists none."""
+    for path in chapter_paths():
+        if slug_of(path) == slug:
+            return path
+    raise LookupError(f"there is no chapter {slug!r} in {TOC.name}")
+
+
+def book_index(slug: str) -> int:
+    """The chapter's position in the book (0 for the first); LookupError if _toc.yml lists none."""
+    slugs = chapter_slugs()
+    if slug not in slugs:
+        raise LookupError(f"there is no chapter {slug!r} in {TOC.name}")
+    return slugs.index(slug)
+
+
+def notebook_stem(slug: str) -> str:
+    """The stem of the chapter's notebook file ("02_minimal_ops"): how origins and locations name it.
+    A slug _toc.yml does not list (a test's own part) is its own stem."""
+    for path in chapter_paths():
+        if slug_of(path) == slug:
+            return path.stem
+    return slug
+
+
+def label(slug: str) -> str:
+    """How outputs number a chapter ("02"): its notebook file's prefix, else its slug."""
+    match = _STEM.match(notebook_stem(slug))
+    return match["label"] or match["slug"] if match else slug
+
 
 # -- parts: what the chapters' cells show ---------------------------------------------------
 
@@ -57,15 +146,15 @@ _MAGIC_LINE = re.compile(rf"^%%{MAGIC}\s+(?P<arguments>.*?)\s*$")
 class CppPart:
     """One named piece of C++ shown by a chapter."""
 
-    chapter: str  # notebook stem, e.g. "02_minimal_ops"
+    chapter: str  # the chapter's slug, e.g. "minimal_ops"
     name: str  # the cell's part name, e.g. "empty"
     source: str  # the cell body, without the magic line
     stable: bool = False  # `%%cpp --stable NAME`: shown only, compiled into the stable library
 
     @property
     def origin(self) -> str:
-        """How compiler messages and `registered at` locations name this part."""
-        return f"{self.chapter}.ipynb[{self.name}]"
+        """How compiler messages and `registered at` locations name this part: by its notebook file."""
+        return f"{notebook_stem(self.chapter)}.ipynb[{self.name}]"
 
     @property
     def is_exercise(self) -> bool:
@@ -92,11 +181,6 @@ def parse_arguments(line: str) -> tuple[str, bool]:
             f"%%{MAGIC} {STABLE_FLAG} {name}: an exercise is built by the chapter, not shown only"
         )
     return name, stable
-
-
-def chapter_paths() -> list[Path]:
-    """All chapter notebooks, in book order (their file names sort that way)."""
-    return sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def split_magic(cell_source: str) -> tuple[str, str] | None:
@@ -130,14 +214,15 @@ def code_cells(path: Path) -> list[str]:
 
 
 def cell_part(chapter: str, source: str) -> CppPart | None:
-    """The C++ part a code cell of chapter `chapter` shows, if it is a %%cpp cell."""
+    """The C++ part a code cell of chapter `chapter` (a slug) shows, if it is a %%cpp cell."""
     parsed = parse_magic(source)
     return None if parsed is None else CppPart(chapter, *parsed)
 
 
 def parts_in_notebook(path: Path) -> list[CppPart]:
     """The C++ parts a notebook file shows, in cell order."""
-    return [part for source in code_cells(path) if (part := cell_part(path.stem, source)) is not None]
+    chapter = slug_of(path)
+    return [part for source in code_cells(path) if (part := cell_part(chapter, source)) is not None]
 
 
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
@@ -162,28 +247,24 @@ def main_parts(parts: Iterable[CppPart]) -> list[CppPart]:
 
 
 def parts_before(chapter: str) -> list[CppPart]:
-    """The backend as the chapters before `chapter` leave it (latest versions, no exercises)."""
+    """The backend as the chapters before `chapter` (a slug) leave it (latest versions, no exercises)."""
     parts: list[CppPart] = []
-    for path in chapter_paths():
-        if path.stem >= chapter:
-            break
+    for path in chapter_paths()[: book_index(chapter)]:
         parts.extend(main_parts(parts_in_notebook(path)))
     return resolve(parts)
 
 
 def versions_through(chapter: str, name: str) -> list[CppPart]:
-    """Every version of part `name` shown up to and including `chapter`, in book order."""
+    """Every version of part `name` shown up to and including `chapter` (a slug), in book order."""
     found: list[CppPart] = []
-    for path in chapter_paths():
-        if path.stem > chapter:
-            break
+    for path in chapter_paths()[: book_index(chapter) + 1]:
         found.extend(part for part in parts_in_notebook(path) if part.name == name and not part.stable)
     return found
 
 
 def shown_stable(chapter: str, name: str) -> CppPart | None:
-    """The `%%cpp --stable NAME` cell of `chapter` as its notebook file holds it, if any."""
-    for part in parts_in_notebook(CHAPTERS / f"{chapter}.ipynb"):
+    """The `%%cpp --stable NAME` cell of `chapter` (a slug) as its notebook file holds it, if any."""
+    for part in parts_in_notebook(chapter_path(chapter)):
         if part.stable and part.name == name:
             return part
     return None
@@ -195,11 +276,13 @@ _MARKER = re.compile(r"^\s*// ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_]
 _PY_MARKER = re.compile(r"^# ember-book: (?P<what>begin|end) (?P<name>[A-Za-z_][\w.-]*)\s*$")
 SOURCE_SUFFIXES = (".cpp", ".h")
 PACKAGE = "torch_ember"  # the package's Python, under extension/
-HISTORY = "history"
-BOOK_ONLY = (HISTORY, "exercises")
+# Book material, under chapters/: one file per chapter, named by its slug, never compiled by the package.
+HISTORY = "history"  # chapters/history/<slug>.cpp|.py: earlier versions of parts a later cell revises
+SOLUTIONS = "solutions"  # chapters/solutions/<slug>.cpp: the exercises' solutions
+BOOK_ONLY = (HISTORY, SOLUTIONS)
 # Where a region lives: ("csrc", NAME) for the package's C++ (names unique across csrc/),
-# ("package", NAME) for its Python, ("history/<chapter>", NAME.vK) and ("exercises/<chapter>", NAME)
-# for the book-only files, one per chapter.
+# ("package", NAME) for its Python, ("history/<slug>", NAME.vK) and ("solutions/<slug>", NAME)
+# for the book material, one file per chapter.
 Place = tuple[str, str]
 
 
@@ -260,13 +343,14 @@ def extension_regions(root: Path = CSRC) -> dict[str, Region]:
     return regions
 
 
-def all_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
-    """Every C++ region: the package's, history's (full texts derived) and the exercises'."""
+def all_regions(extension: Path = EXTENSION, chapters: Path = CHAPTERS) -> dict[Place, Region]:
+    """Every C++ region: the package's (`extension`), history's (full texts derived) and the solutions'
+    (under `chapters`)."""
     regions: dict[Place, Region] = {
         ("csrc", name): r for name, r in extension_regions(extension / "csrc").items()
     }
     for folder in BOOK_ONLY:
-        for path in sorted((extension / folder).glob("*.cpp")):
+        for path in sorted((chapters / folder).glob("*.cpp")):
             for region in regions_in_file(path):
                 place = (f"{folder}/{path.stem}", region.name)
                 if place in regions:
@@ -275,12 +359,12 @@ def all_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
     return _derive_history(regions, "csrc")
 
 
-def python_regions(extension: Path = EXTENSION) -> dict[Place, Region]:
+def python_regions(extension: Path = EXTENSION, chapters: Path = CHAPTERS) -> dict[Place, Region]:
     """The Python regions: ("package", NAME) in extension/torch_ember (names unique across the
-    package), ("history/<chapter>", NAME.vK) in extension/history/<chapter>.py (full texts derived)."""
+    package), ("history/<slug>", NAME.vK) in chapters/history/<slug>.py (full texts derived)."""
     regions: dict[Place, Region] = {}
     files = [("package", p) for p in sorted((extension / PACKAGE).rglob("*.py"))]
-    files += [(f"{HISTORY}/{p.stem}", p) for p in sorted((extension / HISTORY).glob("*.py"))]
+    files += [(f"{HISTORY}/{p.stem}", p) for p in sorted((chapters / HISTORY).glob("*.py"))]
     for folder, path in files:
         for region in regions_in_file(path):
             place = (folder, region.name)

@@ -7,7 +7,7 @@ Loaded by ``_config.yml`` (``sphinx: local_extensions``). Two jobs:
   them as ``cpp`` and replaces the magic line by a caption that names the part and the file in
   ``extension/csrc`` it comes from (one source of truth, see ``book.sync``). A ``%%py NAME``
   cell (the package's Python, ``book/pycells.py``) gets the same caption, naming its file in
-  ``extension/torch_ember`` (or ``extension/history``).
+  ``extension/torch_ember`` (or ``chapters/history``).
 * The static book has no kernel, so widgets are shown through their ``text/html`` view (see
   ``nb_mime_priority_overrides`` in ``_config.yml``). :func:`drop_remote_scripts` removes what
   myst-nb would still add to a page whose notebook carries widget state: the state itself and any
@@ -31,6 +31,7 @@ from sphinx.util import logging
 
 from book import pycells
 from book.cells import split_magic
+from book.regions import chapter_paths, slug_of
 from book.sync import extension_regions, python_placements, python_regions
 
 logger = logging.getLogger(__name__)
@@ -64,16 +65,16 @@ def region_files(srcdir: Path) -> dict[str, str]:
 
 
 def python_region_files(srcdir: Path) -> dict[tuple[str, str], str]:
-    """(chapter stem, Python region name) -> the file (relative to the book root) that holds the
-    version that chapter shows: the package's for the latest, extension/history's for earlier ones."""
+    """(chapter slug, Python region name) -> the file (relative to the book root) that holds the
+    version that chapter shows: the package's for the latest, chapters/history's for earlier ones."""
     if not (srcdir / "extension" / "torch_ember").is_dir():
         return {}
     try:
-        regions = python_regions(srcdir / "extension")
+        regions = python_regions(srcdir / "extension", srcdir / "chapters")
     except ValueError as error:
         logger.warning("ember: cannot read the Python regions: %s", error, type="ember", subtype="regions")
         return {}
-    notebooks = sorted((srcdir / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = chapter_paths()  # in book order: versions are numbered in it
     return {
         (part.chapter, part.name): regions[place].path.relative_to(srcdir).as_posix()
         for part, place in python_placements(pycells.chapter_parts(notebooks))
@@ -125,7 +126,7 @@ class CppCells(SphinxPostTransform):
                     classes=["literal-block-wrapper", "ember-cpp-cell", "ember-py-cell"],
                 )
                 wrapper["ids"].append(nodes.make_id(f"py-{name}"))
-                chapter = Path(self.env.docname).name
+                chapter = slug_of(Path(self.env.docname).name)
                 wrapper += cpp_caption(
                     name, py_files.get((chapter, name)), magic_name=pycells.MAGIC, language="Python"
                 )

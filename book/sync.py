@@ -12,17 +12,18 @@ aside). Where the region lives depends on what the cell is:
 
 * the latest version of a part (the one the finished backend compiles):
   ``extension/csrc/``, region NAME;
-* an earlier version, revised by a later cell: ``extension/history/<chapter>.cpp``,
+* an earlier version, revised by a later cell: ``chapters/history/<slug>.cpp``,
   region ``NAME.vK`` (K counts the versions in book order, from 1);
-* an exercise solution (``%%cpp exercise_*``): ``extension/exercises/<chapter>.cpp``;
+* an exercise solution (``%%cpp exercise_*``): ``chapters/solutions/<slug>.cpp``;
 * a display-only cell (``%%cpp --stable NAME``): code compiled into the stable
   library (``book/stable.py``), region NAME in one of that library's sources in
   ``extension/csrc``. It has one version, and no chapter build compiles it;
   conversely a region of those sources shown by an ordinary cell is an error
   (the chapter build would compile a second copy of the hooks).
 
-Neither history nor exercises is part of the package build; the chapters'
-builds and tests compile them (from the cells, which hold every version in full).
+Neither history nor solutions is part of the package build: they are book material, one
+file per chapter named by its slug. The chapters' builds and tests compile them (from the
+cells, which hold every version in full).
 
 History stores only what differs (`book.regions`): version K is the difference from
 the next stored version (``@@ -a,b +c,d @@ sha256:...`` hunks holding version K's own
@@ -41,7 +42,7 @@ check); this module is the command-line check on top of it.
 The Python a chapter shows follows the same rules (``book/pycells.py``): a ``%%py NAME``
 cell equals the region ``# ember-book: begin NAME`` ... ``# ember-book: end NAME`` of a
 file under ``extension/torch_ember/`` (the package, latest version), or region
-``NAME.vK`` of ``extension/history/<chapter>.py`` (an earlier version). Python and C++
+``NAME.vK`` of ``chapters/history/<slug>.py`` (an earlier version). Python and C++
 names are separate: a ``%%py`` cell never matches a C++ region, nor the reverse. ``python -m book.sync --check`` lists every difference and exits 1;
 ``python -m book.sync --write`` copies the regions into the notebooks (then
 re-execute the chapters whose code changed).
@@ -59,11 +60,12 @@ from pathlib import Path
 from typing import Any
 
 from book import pycells
-from book.paths import CSRC, EXTENSION, REPO
+from book.paths import CHAPTERS, CSRC, EXTENSION, REPO
 from book.regions import (
     BOOK_ONLY,
     HISTORY,
     PACKAGE,
+    SOLUTIONS,
     CppPart,
     Place,
     Region,
@@ -85,6 +87,7 @@ from book.stable import SOURCES as STABLE_SOURCES
 
 __all__ = [  # the bottom layer's region reading, re-exported for the check's callers
     "BOOK_ONLY",
+    "CHAPTERS",
     "CSRC",
     "EXTENSION",
     "Region",
@@ -112,17 +115,20 @@ def python_placements(parts: list[pycells.PyPart]) -> list[tuple[pycells.PyPart,
     return [(part, versions.place(part.name, part.chapter, "package")) for part in parts]
 
 
-def _describe_python(place: Place, extension: Path) -> str:
+def _describe_python(place: Place, extension: Path, material: Path) -> str:
     folder, name = place
-    where = extension / PACKAGE if folder == "package" else extension / f"{folder}.py"
+    where = extension / PACKAGE if folder == "package" else material / f"{folder}.py"
     shown = where.relative_to(REPO) if where.is_relative_to(REPO) else where
     return f"'# ember-book: begin {name}' in {shown}"
 
 
-def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
-    """Every way the chapters' `%%py` cells differ from the package's Python (and its history)."""
+def python_problems(
+    notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION, material: Path = CHAPTERS
+) -> list[str]:
+    """Every way the chapters' `%%py` cells differ from the package's Python (and its history,
+    under `material`)."""
     try:
-        regions = python_regions(extension)
+        regions = python_regions(extension, material)
     except ValueError as error:
         return [str(error)]
     paths = list(notebooks) if notebooks is not None else None
@@ -131,7 +137,7 @@ def python_problems(notebooks: Iterable[Path] | None = None, extension: Path = E
         regions,
         latest="package",
         kind="Python region",
-        describe=lambda place: _describe_python(place, extension),
+        describe=lambda place: _describe_python(place, extension, material),
     )
 
 
@@ -177,7 +183,7 @@ def placements(parts: list[CppPart]) -> list[tuple[CppPart, Place]]:
     placed: list[tuple[CppPart, Place]] = []
     for part in parts:
         if part.is_exercise:
-            placed.append((part, (f"exercises/{part.chapter}", part.name)))
+            placed.append((part, (f"{SOLUTIONS}/{part.chapter}", part.name)))
         elif part.stable:  # one version: the stable library's source as it is
             placed.append((part, ("csrc", part.name)))
         else:
@@ -197,12 +203,12 @@ class _Versions:
         self.seen[name] += 1
         if self.seen[name] == self.count[name]:
             return (latest, name)
-        return (f"history/{chapter}", f"{name}.v{self.seen[name]}")
+        return (f"{HISTORY}/{chapter}", f"{name}.v{self.seen[name]}")
 
 
-def _describe(place: Place, extension: Path) -> str:
+def _describe(place: Place, extension: Path, material: Path) -> str:
     folder, name = place
-    where = extension / folder if folder == "csrc" else extension / f"{folder}.cpp"
+    where = extension / folder if folder == "csrc" else material / f"{folder}.cpp"
     return (
         f"'// ember-book: begin {name}' in {where.relative_to(REPO) if where.is_relative_to(REPO) else where}"
     )
@@ -230,17 +236,22 @@ def _kind_problem(part: CppPart, region: Region, extension: Path) -> str | None:
     return None
 
 
-def problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
-    """Every way the chapters' C++ and Python differ from the extension's. Empty means in sync."""
+def problems(
+    notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION, material: Path = CHAPTERS
+) -> list[str]:
+    """Every way the chapters' C++ and Python differ from the extension's (and the book material's
+    under `material`: history/ and solutions/). Empty means in sync."""
     if notebooks is not None:
         notebooks = list(notebooks)
-    return cpp_problems(notebooks, extension) + python_problems(notebooks, extension)
+    return cpp_problems(notebooks, extension, material) + python_problems(notebooks, extension, material)
 
 
-def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[str]:
-    """Every way the chapters' `%%cpp` cells differ from the extension's C++."""
+def cpp_problems(
+    notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION, material: Path = CHAPTERS
+) -> list[str]:
+    """Every way the chapters' `%%cpp` cells differ from the extension's C++ (and history's, solutions')."""
     try:
-        regions = all_regions(extension)
+        regions = all_regions(extension, material)
     except ValueError as error:  # a region never closed, a history difference that no longer applies
         return [str(error)]
     return _compare(
@@ -248,16 +259,18 @@ def cpp_problems(notebooks: Iterable[Path] | None = None, extension: Path = EXTE
         regions,
         latest="csrc",
         kind="region",
-        describe=lambda place: _describe(place, extension),
+        describe=lambda place: _describe(place, extension, material),
         kind_problem=lambda part, region: _kind_problem(part, region, extension),
     )
 
 
-def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) -> list[Path]:
+def write(
+    notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION, material: Path = CHAPTERS
+) -> list[Path]:
     """Copy each region into the cell that shows it. Returns the notebooks changed."""
     paths = list(notebooks if notebooks is not None else chapter_paths())
-    regions = all_regions(extension)
-    py_regions = python_regions(extension)
+    regions = all_regions(extension, material)
+    py_regions = python_regions(extension, material)
     # placements() lists the parts in cell order, so walking the cells in the same order pairs them.
     placed = iter(placements(chapter_parts(paths)))
     py_placed = iter(python_placements(pycells.chapter_parts(paths)))
@@ -291,16 +304,16 @@ def write(notebooks: Iterable[Path] | None = None, extension: Path = EXTENSION) 
     return changed
 
 
-def compact_history(extension: Path = EXTENSION) -> list[Path]:
-    """Store only what differs in extension/history: each earlier version as the difference from the next
+def compact_history(extension: Path = EXTENSION, material: Path = CHAPTERS) -> list[Path]:
+    """Store only what differs in chapters/history (under `material`): each earlier version as the difference from the next
     stored version (`book.regions`), none for a version identical to the next. Returns the files changed.
 
     The full text of every version stays what it was (the drift check proves it against the cells).
     """
     changed: list[Path] = []
     for regions, latest, suffix in (
-        (all_regions(extension), "csrc", ".cpp"),
-        (python_regions(extension), "package", ".py"),
+        (all_regions(extension, material), "csrc", ".cpp"),
+        (python_regions(extension, material), "package", ".py"),
     ):
         bodies: dict[Place, str | None] = {}  # None: drop the region
         versions: dict[str, list[tuple[int, Place]]] = {}
@@ -317,7 +330,7 @@ def compact_history(extension: Path = EXTENSION) -> list[Path]:
                     stored_as = text  # so different that the full text is shorter
                 bodies[place] = stored_as or None  # empty: identical to the next version
                 following = text
-        for path in sorted((extension / HISTORY).glob(f"*{suffix}")):
+        for path in sorted((material / HISTORY).glob(f"*{suffix}")):
             own = {place[1]: body for place, body in bodies.items() if place[0] == f"{HISTORY}/{path.stem}"}
             if _rewrite_regions(
                 path, {name: stored_body(body, path) if body else None for name, body in own.items()}
@@ -367,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument(
         "--compact-history",
         action="store_true",
-        help="store earlier versions in extension/history as what differs from the next version",
+        help="store earlier versions in chapters/history as what differs from the next version",
     )
     args = parser.parse_args(argv)
     if args.compact_history:

@@ -17,12 +17,12 @@ from book.cells import CppPart
 from book.compile_errors import BackendInUseError, CppBuildError
 
 FALLBACK = CppPart(
-    "01_allocator",
+    "allocator",
     "test_fallback",
     "TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {\n  m.fallback(torch::CppFunction::makeFallthrough());\n}\n",
 )
 TYPO = CppPart(
-    "01_allocator",
+    "allocator",
     "typo",
     "namespace ember {\nint answer() {\n  return fourty_two;\n}\n} // namespace ember\n",
 )
@@ -39,12 +39,12 @@ def unique_part() -> CppPart:
     """A part no earlier run has built, so its build cannot come from the cache."""
     tag = uuid.uuid4().hex[:8]
     return CppPart(
-        "01_allocator", f"unique_{tag}", f"namespace ember {{ int unique_{tag}() {{ return 1; }} }}\n"
+        "allocator", f"unique_{tag}", f"namespace ember {{ int unique_{tag}() {{ return 1; }} }}\n"
     )
 
 
 def test_registrations_name_the_notebook_cell(chapter01_parts):
-    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")
     entry = privateuse1_entry("aten::_local_scalar_dense")
     assert (
         entry
@@ -53,39 +53,39 @@ def test_registrations_name_the_notebook_cell(chapter01_parts):
 
 
 def test_rebuild_retires_the_previous_build(chapter01_parts):
-    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
-    builder.build(parts=chapter01_parts, chapter="01_allocator")
+    builder.build(parts=chapter01_parts, chapter="allocator")
     # The fallback's registration went away with the build that held it.
     assert privateuse1_entry("aten::_local_scalar_dense") is None
 
 
 def test_a_retired_build_can_be_loaded_again(chapter01_parts):
     with_fallback = chapter01_parts + [FALLBACK]
-    builder.build(parts=with_fallback, chapter="01_allocator")
-    builder.build(parts=chapter01_parts, chapter="01_allocator")
+    builder.build(parts=with_fallback, chapter="allocator")
+    builder.build(parts=chapter01_parts, chapter="allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is None
     # Same sources as the retired build: its registrations must come back.
-    builder.build(parts=with_fallback, chapter="01_allocator")
+    builder.build(parts=with_fallback, chapter="allocator")
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
 
 
 def test_unload_gives_privateuse1_back_to_pytorch(chapter01_parts):
-    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")
     builder.unload()
     assert builder.loaded() is None
     assert privateuse1_entry("aten::_local_scalar_dense") is None
 
 
 def test_same_sources_in_the_same_process_do_not_reload(chapter01_parts):
-    first = builder.build(parts=chapter01_parts, chapter="01_allocator")
-    again = builder.build(parts=chapter01_parts, chapter="01_allocator")
+    first = builder.build(parts=chapter01_parts, chapter="allocator")
+    again = builder.build(parts=chapter01_parts, chapter="allocator")
     assert again is first
 
 
 def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts):
     parts = chapter01_parts + [unique_part()]
-    built = builder.build(parts=parts, chapter="01_allocator")
+    built = builder.build(parts=parts, chapter="allocator")
     assert built.compiled
     object_file = built.directory / "main.o"
     mtime = object_file.stat().st_mtime_ns
@@ -94,7 +94,7 @@ def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts)
         from book import builder
         from book.cells import CppPart
         parts = [CppPart(*p) for p in {[(p.chapter, p.name, p.source) for p in parts]!r}]
-        print(builder.build(parts=parts, chapter="01_allocator").compiled)
+        print(builder.build(parts=parts, chapter="allocator").compiled)
         """
     )
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
@@ -103,9 +103,9 @@ def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts)
 
 
 def test_compile_error_names_cell_and_line_and_keeps_previous_build(chapter01_parts):
-    good = builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+    good = builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")
     with pytest.raises(CppBuildError) as failure:
-        builder.build(parts=chapter01_parts + [TYPO], chapter="01_allocator")
+        builder.build(parts=chapter01_parts + [TYPO], chapter="allocator")
     message = str(failure.value)
     assert "C++ build of chapter 01 failed: 1 error" in message
     # The wording is the compiler's (GCC: "‘fourty_two’ was not declared in this scope", Clang: "use of
@@ -118,8 +118,8 @@ def test_compile_error_names_cell_and_line_and_keeps_previous_build(chapter01_pa
     assert builder.loaded() is good
     assert privateuse1_entry("aten::_local_scalar_dense") is not None
     # ...and the next correct build works.
-    fixed = CppPart("01_allocator", "typo", TYPO.source.replace("fourty_two", "42"))
-    assert builder.build(parts=chapter01_parts + [fixed], chapter="01_allocator").name != good.name
+    fixed = CppPart("allocator", "typo", TYPO.source.replace("fourty_two", "42"))
+    assert builder.build(parts=chapter01_parts + [fixed], chapter="allocator").name != good.name
 
 
 def test_ipython_shows_only_the_compiler_lines():
@@ -129,25 +129,25 @@ def test_ipython_shows_only_the_compiler_lines():
 
 def test_an_undefined_symbol_is_reported_by_its_cpp_name(chapter01_parts):
     missing = CppPart(
-        "01_allocator",
+        "allocator",
         "undefined",
         "namespace ember {\nint declared_only();\nint used = declared_only();\n} // namespace ember\n",
     )
     with pytest.raises(
         CppBuildError, match=r"uses `ember::declared_only\(\)`, which is declared but never defined"
     ):
-        builder.build(parts=chapter01_parts + [missing], chapter="01_allocator")
+        builder.build(parts=chapter01_parts + [missing], chapter="allocator")
 
 
 def test_live_device_memory_blocks_unloading(chapter01_parts):
-    builder.build(parts=chapter01_parts, chapter="01_allocator")
+    builder.build(parts=chapter01_parts, chapter="allocator")
     driver = ember_driver.driver().lib
     pointer = ctypes.c_void_p()
     assert driver.emMalloc(ctypes.byref(pointer), ctypes.c_size_t(96)) == 0
     try:
         with pytest.raises(BackendInUseError, match=r"1 device allocation\(s\) \(96 bytes\)"):
-            builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+            builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")
     finally:
         assert driver.emFree(pointer) == 0
     assert builder.live_device_allocations() == (0, 0)
-    builder.build(parts=chapter01_parts + [FALLBACK], chapter="01_allocator")
+    builder.build(parts=chapter01_parts + [FALLBACK], chapter="allocator")

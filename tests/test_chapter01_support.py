@@ -17,7 +17,7 @@ from book.chapter import Chapter
 @pytest.fixture(scope="module")
 def chapter01() -> builder.Build:
     """Chapter 01's backend (guard and allocator), loaded, with the device module registered."""
-    return Chapter.of(1).build()
+    return Chapter.of("allocator").build()
 
 
 # -- run_isolated ----------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_timeout_stops_the_child(chapter01: builder.Build) -> None:
 def test_the_chapters_register_the_packages_device_module(chapter01: builder.Build) -> None:
     # Replaying chapter 01's carry-forward cell again is harmless, and the module is the
     # finished package's file, not a copy.
-    Chapter.of(2).replay_earlier({})
+    Chapter.of("minimal_ops").replay_earlier({})
     assert torch.privateuseone is book.device_module()
     assert torch.privateuseone.__file__ == str(book.extension_path("torch_ember/device_module/__init__.py"))
 
@@ -98,9 +98,9 @@ def _shown_version(place: tuple[str, str]) -> dict[str, object]:
 
 
 def test_chapter_01s_memory_functions_as_shown_follow_the_driver(chapter01: builder.Build) -> None:
-    # Chapter 01 shows the first version (extension/history/01_allocator.py, memory.v1); the package
+    # Chapter 01 shows the first version (chapters/history/allocator.py, memory.v1); the package
     # holds chapter 11's, which answers from the driver too while the allocator is chapter 01's.
-    shown = _shown_version(("history/01_allocator", "memory.v1"))
+    shown = _shown_version(("history/allocator", "memory.v1"))
     assert shown["memory_allocated"] is not torch.privateuseone.memory_allocated
     storage = torch.UntypedStorage(64, device="privateuseone:0")
     in_use = ember_driver.stats(0).bytes_in_use
@@ -113,7 +113,7 @@ def test_chapter_01s_memory_functions_as_shown_follow_the_driver(chapter01: buil
 
 
 def test_chapter_01s_bad_fork_answer_as_shown(chapter01: builder.Build) -> None:
-    shown = _shown_version(("history/01_allocator", "bad_fork.v1"))
+    shown = _shown_version(("history/allocator", "bad_fork.v1"))
     assert shown["_is_in_bad_fork"]() is False
     assert torch.privateuseone._is_in_bad_fork() is False  # no fork guard in chapter 01's backend
 

@@ -1,6 +1,6 @@
 """Chapter 02's claims: with the minimal operators, ember tensors are real tensors.
 
-The backend under test is the one chapter 02 ends with (`Chapter.of(2).build()`: chapter
+The backend under test is the one chapter 02 ends with (`Chapter.of("minimal_ops").build()`: chapter
 01's C++ and chapter 02's own %%cpp cells, read from the notebooks, with the Python state
 the chapters carry forward). The last tests rebuild: the exercise parts, and the chapter
 step by step.
@@ -52,7 +52,7 @@ DTYPES = [
 SHAPES = [(), (0,), (2, 0, 3), (7,), (3, 4, 5)]
 
 
-CHAPTER = Chapter.of(2)
+CHAPTER = Chapter.of("minimal_ops")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -559,7 +559,7 @@ def test_a_wrong_kernel_signature_is_refused_and_the_backend_stays() -> None:
     """The chapter's exercise_wrong_dtype: `c10::ScalarType` for the schema's `ScalarType?`."""
     wrong = CHAPTER.exercises()["exercise_wrong_dtype"]
     with pytest.raises(CppBuildError) as refused:
-        builder.build(parts=CHAPTER.parts_before() + [wrong], chapter=CHAPTER.stem)
+        builder.build(parts=CHAPTER.parts_before() + [wrong], chapter=CHAPTER.slug)
     message = str(refused.value)
     assert "02_minimal_ops.ipynb[exercise_wrong_dtype]" in message
     assert "Argument 2 (dtype) must be `std::optional<c10::ScalarType>`, not `c10::ScalarType`" in message
@@ -571,11 +571,11 @@ def test_a_wrong_kernel_signature_is_refused_and_the_backend_stays() -> None:
 @pytest.fixture
 def with_fill_exercise() -> Iterator[None]:
     builder.build(
-        parts=CHAPTER.parts_through() + [CHAPTER.exercises()["exercise_fill"]], chapter=CHAPTER.stem
+        parts=CHAPTER.parts_through() + [CHAPTER.exercises()["exercise_fill"]], chapter=CHAPTER.slug
     )
     yield
     gc.collect()
-    builder.build(parts=CHAPTER.parts_through(), chapter=CHAPTER.stem)
+    builder.build(parts=CHAPTER.parts_through(), chapter=CHAPTER.slug)
 
 
 @pytest.mark.usefixtures("with_fill_exercise")
@@ -596,7 +596,7 @@ def test_the_chapter_can_rebuild_in_one_process() -> None:
     registers the same operators again, which the dispatcher must accept."""
     own = own_parts()
     for count in (1, 5, len(own)):  # empty; + copies, scalars, views; everything
-        builder.build(parts=CHAPTER.parts_before() + own[:count], chapter=CHAPTER.stem)
+        builder.build(parts=CHAPTER.parts_before() + own[:count], chapter=CHAPTER.slug)
         x = torch.empty(2, 3, device=EMBER)
         assert x.device.type == EMBER
         del x

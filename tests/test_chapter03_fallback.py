@@ -19,13 +19,13 @@ from book import builder
 from book.cells import resolve
 from book.chapter import Chapter
 
-CHAPTER = "03_fallback"
+CHAPTER = "fallback"
 EMBER = "privateuseone"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(3).build()
+    yield Chapter.of("fallback").build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -170,13 +170,13 @@ def test_device_memory_returns_to_zero() -> None:
 
 
 def test_the_first_version_of_the_fallback_has_no_rules() -> None:
-    # Chapter 03's first cpu_fallback cell (version 1, extension/history) falls back for everything,
+    # Chapter 03's first cpu_fallback cell (version 1, chapters/history) falls back for everything,
     # views included; its revision (what the module's backend holds) refuses them.
-    chapter = Chapter.of(3)
+    chapter = Chapter.of("fallback")
     first = next(p for p in chapter.parts() if p.name == "cpu_fallback")
     parts = [first if p.name == "cpu_fallback" else p for p in chapter.parts_before() + [first]]
     gc.collect()
-    builder.build(parts=resolve(parts), chapter=chapter.stem)
+    builder.build(parts=resolve(parts), chapter=chapter.slug)
     try:
         a = torch.arange(6.0).reshape(2, 3).to(EMBER)
         assert torch.equal((a + a).cpu(), torch.arange(6.0).reshape(2, 3) * 2)

@@ -1,7 +1,7 @@
 """Chapter 04's claims: STUB kernels reached through .out kernels, run as ember kernels, reset when retired.
 
 The backends under test are the chapter's builds: the one it ends with
-(`Chapter.of(4).parts_through()`), the one with `abs_stub` registered alone, and one
+(`Chapter.of("stub_kernels").parts_through()`), the one with `abs_stub` registered alone, and one
 with `abs.out` but no stub kernel (the chapter's third exercise).
 """
 
@@ -19,7 +19,7 @@ from book import builder
 from book.cells import CppPart
 from book.chapter import Chapter
 
-CHAPTER = "04_stub_kernels"
+CHAPTER = "stub_kernels"
 EMBER = "privateuseone"
 LOOP_PARTS = ["stub_registration", "kernel_launch", "dtype_dispatch", "elementwise", "row_loops"]
 FAMILY_PARTS = ["abs_stub", "abs_out", "structured_out", "unary_ops", "binary_ops", "comparison_ops",
@@ -29,11 +29,11 @@ FAMILY_PARTS = ["abs_stub", "abs_out", "structured_out", "unary_ops", "binary_op
 @pytest.fixture(scope="module", autouse=True)
 def python_state() -> None:
     """The Python state chapter 04 starts from (the device module of chapter 01)."""
-    Chapter.of(4).replay_through({})
+    Chapter.of("stub_kernels").replay_through({})
 
 
 def own_parts() -> dict[str, CppPart]:
-    return {part.name: part for part in Chapter.of(4).parts()}
+    return {part.name: part for part in Chapter.of("stub_kernels").parts()}
 
 
 def build(parts: list[CppPart]) -> builder.Build:
@@ -50,7 +50,7 @@ def what_ran(fn: Callable[[], object]) -> tuple[list[str], Counter[str]]:
 
 def test_the_chapter_shows_its_parts_in_build_order() -> None:
     # abs comes first, on the launch alone; a part keeps the place of its first version.
-    names = [part.name for part in Chapter.of(4).parts_through() if part.chapter == CHAPTER]
+    names = [part.name for part in Chapter.of("stub_kernels").parts_through() if part.chapter == CHAPTER]
     mine = [name for name in names if name in LOOP_PARTS + FAMILY_PARTS]
     first = ["stub_registration", "kernel_launch", "abs_stub", "abs_out", *LOOP_PARTS[2:]]
     assert mine == first + [name for name in FAMILY_PARTS if name not in first]
@@ -58,10 +58,10 @@ def test_the_chapter_shows_its_parts_in_build_order() -> None:
 
 def test_the_first_abs_kernel_runs_float32_on_the_launch_alone() -> None:
     # The chapter's first abs_stub, before the loop library: float32 in one launch, other dtypes refused.
-    versions = [part for part in Chapter.of(4).parts() if part.name == "abs_stub"]
+    versions = [part for part in Chapter.of("stub_kernels").parts() if part.name == "abs_stub"]
     assert len(versions) == 2 and "unaryLoop" not in versions[0].source
     parts = own_parts()
-    build(Chapter.of(3).parts_through() + [parts["stub_registration"], parts["kernel_launch"], versions[0],
+    build(Chapter.of("fallback").parts_through() + [parts["stub_registration"], parts["kernel_launch"], versions[0],
                                             parts["abs_out"]])  # fmt: skip
     x = torch.tensor([[-1.5, 2.0, -3.0], [4.0, -5.5, 6.0]])
     a = x.to(EMBER)
@@ -75,7 +75,7 @@ def test_the_first_abs_kernel_runs_float32_on_the_launch_alone() -> None:
 
 def test_abs_stub_alone_changes_nothing() -> None:
     parts = own_parts()
-    build(Chapter.of(3).parts_through() + [parts[n] for n in [*LOOP_PARTS, "abs_stub"]])
+    build(Chapter.of("fallback").parts_through() + [parts[n] for n in [*LOOP_PARTS, "abs_stub"]])
     x = torch.tensor([-1.5, 2.0, -3.0])
     a = x.to(EMBER)
     fell_back, events = what_ran(lambda: torch.abs(a))
@@ -86,7 +86,7 @@ def test_abs_stub_alone_changes_nothing() -> None:
 
 @pytest.fixture(scope="module")
 def chapter_backend() -> builder.Build:
-    return build(Chapter.of(4).parts_through())
+    return build(Chapter.of("stub_kernels").parts_through())
 
 
 CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -125,7 +125,7 @@ def test_family_runs_in_ember_kernels(chapter_backend: builder.Build, case: str)
 
 def test_sub_reaches_add_stub(chapter_backend: builder.Build) -> None:
     # The chapter registers no kernel for sub_stub: sub.out's implementation calls add_stub with -alpha.
-    assert "sub_stub" not in "".join(part.source for part in Chapter.of(4).parts())
+    assert "sub_stub" not in "".join(part.source for part in Chapter.of("stub_kernels").parts())
     a, b = torch.ones(3).to(EMBER), torch.full((3,), 4.0).to(EMBER)
     assert torch.equal(torch.sub(a, b, alpha=2).cpu(), torch.full((3,), -7.0))
 
@@ -138,7 +138,9 @@ def test_unsupported_dtype_is_refused_by_name(chapter_backend: builder.Build) ->
 def test_retiring_a_build_empties_the_stub_slot(chapter_backend: builder.Build) -> None:
     x = torch.tensor([-1.0, 2.0])
     assert torch.equal(torch.abs(x.to(EMBER)).cpu(), x.abs())  # the chapter's kernel is in abs_stub's slot
-    exercise = Chapter.of(4).exercises()["exercise_abs_out_alone"]
-    build(Chapter.of(3).parts_through() + [exercise])  # retires the chapter's build: no stub kernel now
+    exercise = Chapter.of("stub_kernels").exercises()["exercise_abs_out_alone"]
+    build(
+        Chapter.of("fallback").parts_through() + [exercise]
+    )  # retires the chapter's build: no stub kernel now
     with pytest.raises(RuntimeError, match="DispatchStub: missing kernel for privateuseone"):
         torch.abs(x.to(EMBER))

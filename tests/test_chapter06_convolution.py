@@ -27,7 +27,7 @@ PART = "convolution"
 
 
 def chapter() -> Chapter:
-    return Chapter.of(6)
+    return Chapter.of("convolution")
 
 
 def versions() -> list[CppPart]:
@@ -42,7 +42,7 @@ def build(version: CppPart) -> builder.Build:
     parts = [version if part.name == PART else part for part in chapter().parts_through()]
     chapter().replay_through({})  # the Python state the chapter has (the device module)
     gc.collect()  # the previous build's ember tensors must be gone
-    return builder.build(parts=resolve(parts), chapter=chapter().stem)
+    return builder.build(parts=resolve(parts), chapter=chapter().slug)
 
 
 @pytest.fixture(scope="module")

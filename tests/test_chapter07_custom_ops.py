@@ -36,7 +36,7 @@ CUSTOM_OPS = REPO / "extension" / "torch_ember" / "custom_ops.py"
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(7).build()
+    yield Chapter.of("custom_ops").build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -137,7 +137,7 @@ OPCHECK_CHILD = textwrap.dedent(
     import torch
     from book.chapter import Chapter
 
-    Chapter.of(7).build()
+    Chapter.of("custom_ops").build()
     spec = importlib.util.spec_from_file_location("ember_custom_ops_under_test", sys.argv[1])
     custom_ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(custom_ops)

@@ -32,12 +32,12 @@ STABLE_CELLS = {"hooks_context", "hooks_registration"}
 
 
 def test_chapter_08_carries_the_backend_name_forward_until_chapter_13():
-    chapter = Chapter.of(8)
+    chapter = Chapter.of("autograd")
     assert any(RENAME in source for _, source in chapter.carried_cells())
-    for later in (9, 12):
+    for later in ("autocast", "serialization"):
         assert any(RENAME in source for _, source in chapter.carried_cells(for_chapter=later))
-    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=13))
-    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter=14))
+    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter="renaming"))
+    assert not any(RENAME in source for _, source in chapter.carried_cells(for_chapter="capstone"))
 
 
 def _notebook(path: Path, cells: list[dict]) -> Path:
@@ -54,16 +54,17 @@ def _carry(source: str, superseded_by: object = None) -> dict:
 
 @pytest.fixture()
 def fake_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, Chapter]:
-    """Chapters 06, 10 and 11 of a made-up book whose chapter 06 registers a name that chapter 11 replaces."""
+    """Chapters 06, 10 and 11 of a made-up book whose chapter 06 registers a name that chapter 11 replaces.
+    Their order is the list's (as _toc.yml's would be), not their files' names."""
     books = {
         6: _notebook(
-            tmp_path / "06_x.ipynb",
-            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by=11)],
+            tmp_path / "x.ipynb",
+            [_carry("log.append('06 kept')"), _carry("log.append('06 name')", superseded_by="z")],
         ),
-        10: _notebook(tmp_path / "10_y.ipynb", [_carry("log.append('10')")]),
-        11: _notebook(tmp_path / "11_z.ipynb", [_carry("log.append('11 name')")]),
+        10: _notebook(tmp_path / "y.ipynb", [_carry("log.append('10')")]),
+        11: _notebook(tmp_path / "a_z.ipynb", [_carry("log.append('11 name')")]),
     }
-    fake = {n: Chapter(n, path.stem, path) for n, path in books.items()}
+    fake = {n: Chapter(path.stem[-1], path) for n, path in books.items()}
     monkeypatch.setattr(chapter_module, "chapters", lambda: [fake[n] for n in sorted(fake)])
     return fake
 
@@ -88,11 +89,19 @@ def test_a_chapter_replays_its_own_superseded_cell(fake_book):
     assert replayed(fake_book[6], through=True) == ["06 kept", "06 name"]
 
 
-@pytest.mark.parametrize("value", [6, 3, "11", 11.0, True])
-def test_superseded_by_must_name_a_later_chapter(tmp_path, value):
+@pytest.mark.parametrize("value", ["x", "w", "no_such_chapter", 11, 11.0, True])
+def test_superseded_by_must_name_a_later_chapter(tmp_path, monkeypatch, value):
+    # Chapters w, x and y, in that order: only y is later than x.
+    fake = [Chapter(slug, _notebook(tmp_path / f"{slug}.ipynb", [])) for slug in "wxy"]
     path = _notebook(tmp_path / "06_x.ipynb", [_carry("pass", superseded_by=value)])
+    fake[1] = Chapter("x", path)
+    monkeypatch.setattr(chapter_module, "chapters", lambda: fake)
+    assert (
+        Chapter("x", _notebook(tmp_path / "ok.ipynb", [_carry("pass", superseded_by="y")])).carried_cells("y")
+        == []
+    )
     with pytest.raises(ValueError, match=r"06_x.ipynb\[cell 0\]: ember-book.superseded_by must be"):
-        Chapter(6, path.stem, path).carried_cells(for_chapter=7)
+        fake[1].carried_cells(for_chapter="y")
 
 
 # --- display-only (%%cpp --stable) cells ----------------------------------------------------------
@@ -113,7 +122,7 @@ def test_an_exercise_cannot_be_display_only():
 
 
 def test_chapter_06_shows_the_hooks_but_no_build_compiles_them():
-    chapter = Chapter.of(8)
+    chapter = Chapter.of("autograd")
     shown = {part.name for part in chapter.parts() if part.stable}
     assert shown == STABLE_CELLS
     built = chapter.parts_through()
@@ -126,10 +135,10 @@ def test_chapter_06_shows_the_hooks_but_no_build_compiles_them():
 
 
 def test_running_a_stable_cell_stages_nothing_and_notes_an_edit():
-    chapter = Chapter.of(8)
+    chapter = Chapter.of("autograd")
     hooks = next(part for part in chapter.parts() if part.stable and part.name == "hooks_context")
     session = Session()
-    session.start(chapter.stem)
+    session.start(chapter.slug)
     assert session.show_stable(hooks.name, hooks.source) is None
     note = session.show_stable(hooks.name, hooks.source.replace("return true;", "return false;"))
     assert note is not None and "%%cpp --stable hooks_context" in note and "changes nothing" in note
@@ -154,7 +163,7 @@ def _edit_cell(path: Path, name: str, edit) -> None:
 
 
 def _chapter06(copies: list[Path]) -> Path:
-    return next(path for path in copies if path.stem == Chapter.of(8).stem)
+    return next(path for path in copies if path.name == Chapter.of("autograd").path.name)
 
 
 def test_the_drift_check_holds_stable_cells_to_their_regions(tmp_path):
@@ -207,7 +216,7 @@ CHILD = textwrap.dedent(
     import torch
     from book.chapter import Chapter
 
-    chapter = Chapter.of(8)
+    chapter = Chapter.of("autograd")
     chapter.build()  # replays chapters 01-08's carry-forward cells: the device module, the backend name
     E = "privateuseone"
     assert torch.accelerator.current_accelerator().type == E

@@ -27,7 +27,7 @@ SLEEP_US = 300_000  # a side stream's head start: far longer than any host step 
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(11).build()
+    yield Chapter.of("device_guard").build()
     gc.collect()  # let the next module's build unload this one
 
 
@@ -51,21 +51,21 @@ def _device_0_default_stream(backend: builder.Build) -> Iterator[None]:
 
 
 def test_chapter_09_revises_chapter_01s_device_guard_and_later_builds_hold_only_the_new_one():
-    (old,) = [p for p in Chapter.of(1).parts() if p.name == "device_guard"]
-    (new,) = [p for p in Chapter.of(11).parts() if p.name == "device_guard"]
+    (old,) = [p for p in Chapter.of("allocator").parts() if p.name == "device_guard"]
+    (new,) = [p for p in Chapter.of("device_guard").parts() if p.name == "device_guard"]
     assert "streamFromPool" in new.source and "streamFromPool" not in old.source
-    assert [p for p in Chapter.of(10).parts_through() if p.name == "device_guard"] == [old]
-    assert [p for p in Chapter.of(11).parts_through() if p.name == "device_guard"] == [new]
+    assert [p for p in Chapter.of("generator").parts_through() if p.name == "device_guard"] == [old]
+    assert [p for p in Chapter.of("device_guard").parts_through() if p.name == "device_guard"] == [new]
     # The new version takes the old one's place: right after EMBER_CHECK, before the allocator.
-    names = [p.name for p in Chapter.of(11).parts_through()]
+    names = [p.name for p in Chapter.of("device_guard").parts_through()]
     assert names.index("ember_check") < names.index("device_guard") < names.index("allocator")
 
 
 def test_the_revision_cell_shows_the_diff_against_chapter_01():
-    (old,) = [p for p in Chapter.of(1).parts() if p.name == "device_guard"]
-    (new,) = [p for p in Chapter.of(11).parts() if p.name == "device_guard"]
+    (old,) = [p for p in Chapter.of("allocator").parts() if p.name == "device_guard"]
+    (new,) = [p for p in Chapter.of("device_guard").parts() if p.name == "device_guard"]
     session = Session()
-    session.start(Chapter.of(11).stem)
+    session.start(Chapter.of("device_guard").slug)
     session.stage("device_guard", old.source)
     revision = session.stage("device_guard", new.source)
     assert revision is not None and revision.previous == old and revision.version == 2
@@ -361,8 +361,10 @@ def test_timing_needs_timing_events(ember: ModuleType):
 
 
 def test_the_sleep_exercise_queues_busy_work_on_the_current_stream(ember: ModuleType):
-    parts = Chapter.of(11).parts_through() + [Chapter.of(11).exercises()["exercise_sleep_op"]]
-    builder.build(parts=parts, chapter=Chapter.of(11).stem)
+    parts = Chapter.of("device_guard").parts_through() + [
+        Chapter.of("device_guard").exercises()["exercise_sleep_op"]
+    ]
+    builder.build(parts=parts, chapter=Chapter.of("device_guard").slug)
     try:
         torch.ops.ember.sleep(SLEEP_US)
         assert not torch.accelerator.current_stream().query()
@@ -370,7 +372,7 @@ def test_the_sleep_exercise_queues_busy_work_on_the_current_stream(ember: Module
             torch.ops.ember.sleep(-1)
     finally:
         torch.accelerator.synchronize()
-        Chapter.of(11).build()
+        Chapter.of("device_guard").build()
 
 
 def test_backward_runs_each_node_on_the_stream_its_forward_used(ember: ModuleType):

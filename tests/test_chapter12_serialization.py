@@ -30,7 +30,7 @@ E = "privateuseone"
 
 @pytest.fixture(scope="module", autouse=True)
 def backend() -> Iterator[builder.Build]:
-    yield Chapter.of(12).build()
+    yield Chapter.of("serialization").build()
     gc.collect()  # let the next module's build unload this one
 
 

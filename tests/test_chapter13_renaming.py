@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from book.chapter import Chapter
+from book.chapter import Chapter, chapters
 from book.paths import REPO
 
 CHILD_TIMEOUT_SECONDS = 600
@@ -41,31 +41,29 @@ def child(code: str) -> dict:
 
 
 def test_chapter_13_starts_without_chapter_08s_name_and_carries_ember_forward() -> None:
-    earlier = [source for chapter in range(1, 13) for source in _carried(chapter, for_chapter=13)]
+    earlier = [
+        source
+        for chapter in chapters()[: Chapter.of("renaming").index]
+        for source in chapter.carried_cells(for_chapter="renaming")
+    ]
     assert not any("rename_privateuse1_backend" in source for source in earlier)
     (own,) = [
-        source for _, source in Chapter.of(13).carried_cells() if "rename_privateuse1_backend" in source
+        source
+        for _, source in Chapter.of("renaming").carried_cells()
+        if "rename_privateuse1_backend" in source
     ]
     assert 'rename_privateuse1_backend("ember")' in own
     assert 'torch._register_device_module("ember", book.device_module())' in own
     assert "generate_methods_for_privateuse1_backend(for_storage=True)" in own
 
 
-def _carried(number: int, for_chapter: int) -> list[str]:
-    try:
-        chapter = Chapter.of(number)
-    except LookupError:  # a chapter not written yet carries nothing
-        return []
-    return [source for _, source in chapter.carried_cells(for_chapter=for_chapter)]
-
-
 def test_the_name_part_is_in_chapter_13s_build_and_checks_before_registering() -> None:
-    parts = {part.name: part for part in Chapter.of(13).parts_through()}
+    parts = {part.name: part for part in Chapter.of("renaming").parts_through()}
     part = parts["backend_name"]
-    assert part.chapter == "13_renaming"
+    assert part.chapter == "renaming"
     assert "c10::is_privateuse1_backend_registered()" in part.source
     assert 'c10::register_privateuse1_backend("ember")' in part.source
-    assert "backend_name" not in {p.name for p in Chapter.of(8).parts_through()}
+    assert "backend_name" not in {p.name for p in Chapter.of("autograd").parts_through()}
 
 
 # --- the backend as chapter 13 leaves it (in a child) ------------------------------------------------
@@ -77,9 +75,9 @@ def chapter_13() -> dict:
         """
         import io, json, warnings
         import book, torch
-        from book.chapter import Chapter
+        from book.chapter import Chapter, chapters
 
-        Chapter.of(13).build()
+        Chapter.of("renaming").build()
         facts = {"name": torch._C._get_privateuse1_backend_name()}
         facts["type"] = torch.ones(2, device="ember").type()  # the first type string of the process
         facts["accelerator"] = str(torch.accelerator.current_accelerator())
@@ -186,12 +184,12 @@ BUILD_WITHOUT_PYTHON_NAME = """
     import book
     import torch
     from book import builder
-    from book.chapter import Chapter
+    from book.chapter import Chapter, chapters
 
     {before}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        builder.build(parts=Chapter.of(13).parts_through(), chapter="13_renaming")
+        builder.build(parts=Chapter.of("renaming").parts_through(), chapter="renaming")
     name = torch._C._get_privateuse1_backend_name()
     torch._register_device_module(name, book.device_module())  # the first tensor imports torch.<name>
     print(json.dumps({{

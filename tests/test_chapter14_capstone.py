@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from book.cells import chapter_paths
-from book.chapter import Chapter
+from book.chapter import Chapter, chapters
 from book.paths import REPO
 from book.widgets import by_chapter
 
@@ -33,7 +32,7 @@ CHILD = textwrap.dedent(
     import torch
     from book.chapter import Chapter
 
-    chapter = Chapter.of(14)
+    chapter = Chapter.of("capstone")
     chapter.build({})
     cells = {cell["id"]: "".join(cell["source"]) for cell in chapter._notebook["cells"]}
     namespace = {"__name__": "chapter12"}
@@ -141,7 +140,7 @@ def facts() -> dict[str, Any]:
 
 
 def test_the_chapter_cells_the_claims_use_exist() -> None:
-    cells = {cell["id"] for cell in Chapter.of(14)._notebook["cells"]}
+    cells = {cell["id"] for cell in Chapter.of("capstone")._notebook["cells"]}
     assert set(CELLS) <= cells
     assert {"c12run", "c12plot", "c12compile", "c12table"} <= cells
 
@@ -165,49 +164,48 @@ def test_compiled_training_step_gives_the_eager_losses(facts: dict[str, Any]) ->
 
 def test_dispatch_table_groups_entries_by_the_chapter_that_registered_them(facts: dict[str, Any]) -> None:
     groups, chapter_of = facts["groups"], facts["chapter_of"]
-    assert "aten::empty.memory_format" in groups["02_minimal_ops"]
-    assert chapter_of["aten::empty.memory_format"] == "02_minimal_ops"
+    assert "aten::empty.memory_format" in groups["minimal_ops"]
+    assert chapter_of["aten::empty.memory_format"] == "minimal_ops"
     # The dispatcher's own record says so: the location names chapter 02's notebook and part.
     (line,) = facts["raw_empty"]
     assert "02_minimal_ops.ipynb[" in line
     # Chapter 14's kernels: batch norm is no longer served by chapter 03's fallback.
-    assert chapter_of["aten::native_batch_norm"] == "14_capstone"
+    assert chapter_of["aten::native_batch_norm"] == "capstone"
     assert facts["filled"]["aten::native_batch_norm PrivateUse1"][2] is None  # not revised
     # An operator with no kernel of its own is served by chapter 03's fallback.
-    assert ["PrivateUse1", "cpu_fallback", "fallback"] in facts["shared"]["03_fallback"]
-    assert ["AutocastPrivateUse1", "autocast_fallthrough", "fallthrough"] in facts["shared"]["09_autocast"]
-    assert chapter_of["aten::mm"] == "09_autocast"
+    assert ["PrivateUse1", "cpu_fallback", "fallback"] in facts["shared"]["fallback"]
+    assert ["AutocastPrivateUse1", "autocast_fallthrough", "fallthrough"] in facts["shared"]["autocast"]
+    assert chapter_of["aten::mm"] == "autocast"
     assert facts["unattributed"] == 0
     # Every group is a chapter of the book, in book order.
-    assert set(groups) <= {path.stem for path in chapter_paths()}
-    assert list(groups) == sorted(groups)
+    order = [chapter.slug for chapter in chapters()]
+    assert set(groups) <= set(order)
+    assert list(groups) == sorted(groups, key=order.index)
 
 
 def test_a_revised_kernel_stays_with_the_chapter_that_introduced_it(facts: dict[str, Any]) -> None:
     # Chapter 14 revised chapter 04's binary kernels: the dispatcher's location names chapter 14's
     # version, the row stays with chapter 04, marked as revised in 14.
     chapter, part, revised_in, location = facts["filled"]["aten::add.out PrivateUse1"]
-    assert (chapter, part, revised_in) == ("04_stub_kernels", "binary_ops", "14_capstone")
+    assert (chapter, part, revised_in) == ("stub_kernels", "binary_ops", "capstone")
     assert location.startswith("14_capstone.ipynb[binary_ops]")
-    assert facts["chapter_of"]["aten::add.out"] == "04_stub_kernels"
+    assert facts["chapter_of"]["aten::add.out"] == "stub_kernels"
     # The convolution: introduced by a chapter before 14 (the one whose version first registers it).
     chapter, part, revised_in, _ = facts["filled"]["aten::convolution_overrideable PrivateUse1"]
-    assert chapter < "14" and revised_in == "14_capstone"
+    assert Chapter.of(chapter).index < Chapter.of("capstone").index and revised_in == "capstone"
     assert "revised in 14" in facts["html"]
 
 
 def test_every_chapter_that_registered_kernels_keeps_its_rows(facts: dict[str, Any]) -> None:
     # Chapter 04's rows no longer move to chapter 14, which revised its kernel parts: they are marked.
     groups, revised = facts["all_groups"], facts["all_revised"]
-    stub = next(stem for stem in groups if stem.startswith("04"))
-    assert groups[stub] >= 20 and revised[stub].get("14_capstone", 0) >= 20
+    stub = "stub_kernels"
+    assert groups[stub] >= 20 and revised[stub].get("capstone", 0) >= 20
     # The chapters split out of chapter 04 (matrix products, convolution) keep theirs too.
-    for number in ("05", "06"):
-        stems = [stem for stem in groups if stem.startswith(number)]
-        if any(path.stem.startswith(number) for path in chapter_paths()):
-            assert stems and groups[stems[0]] > 0, number
+    for slug in ("matrix_products", "convolution"):
+        assert groups.get(slug, 0) > 0, slug
     # Chapter 14's own rows are the kernels it introduced, none of them revised.
-    assert groups["14_capstone"] > 0 and revised["14_capstone"] == {}
+    assert groups["capstone"] > 0 and revised["capstone"] == {}
 
 
 def test_by_chapter_widget_renders_static_deterministic_html(facts: dict[str, Any]) -> None:
@@ -222,7 +220,7 @@ def test_by_chapter_widget_renders_static_deterministic_html(facts: dict[str, An
 
 def test_origin_reads_only_chapter_build_locations() -> None:
     assert by_chapter.origin("09_autocast.ipynb[autocast_fallthrough]:4") == (
-        "09_autocast",
+        "autocast",
         "autocast_fallthrough",
     )
     assert by_chapter.origin("aten/src/ATen/core/PythonFallbackKernel.cpp:192") is None

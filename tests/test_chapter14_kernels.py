@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     from torch.profiler import ProfilerActivity, profile
     from book.chapter import Chapter
 
-    Chapter.of(14).build({})
+    Chapter.of("capstone").build({})
     E = torch.device("ember", 0)
     facts = {}
 

@@ -26,7 +26,7 @@ from book.cells import CppPart
 from book.chapter import Chapter
 from book.compile_errors import CppBuildError
 
-CHAPTER = "02_minimal_ops"
+CHAPTER = "minimal_ops"
 EMBER = "privateuseone"
 
 
@@ -96,7 +96,7 @@ def assert_clear(message: str, edit: BadEdit, parts: list[CppPart]) -> None:
 @pytest.fixture(scope="module")
 def good_parts() -> list[CppPart]:
     """Chapter 02's backend as its last book.build() compiles it, from the notebooks."""
-    return Chapter.of(2).parts_through()
+    return Chapter.of("minimal_ops").parts_through()
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def assert_works_on_the_device() -> None:
 
 @pytest.fixture
 def good_backend(good_parts: list[CppPart]) -> Iterator[builder.Build]:
-    Chapter.of(2).replay_through({})  # the Python state chapter 02 runs in (the device module)
+    Chapter.of("minimal_ops").replay_through({})  # the Python state chapter 02 runs in (the device module)
     good = builder.build(parts=good_parts, chapter=CHAPTER)
     assert_works_on_the_device()
     yield good
@@ -214,15 +214,15 @@ FRESH_PROCESS = textwrap.dedent(
     from book.chapter import Chapter
     from book.compile_errors import CppBuildError
 
-    Chapter.of(2).replay_through({})  # what the chapter's first cell, book.start_chapter(2), replays
+    Chapter.of("minimal_ops").replay_through({})  # what the chapter's first cell, book.start_chapter(2), replays
     bad, good = ([CppPart(*p) for p in json.loads(a)] for a in sys.argv[1:3])
     try:
-        builder.build(parts=bad, chapter="02_minimal_ops")
+        builder.build(parts=bad, chapter="minimal_ops")
         message = None
     except CppBuildError as error:
         message = str(error)
     nothing_loaded = builder.loaded() is None
-    builder.build(parts=good, chapter="02_minimal_ops")
+    builder.build(parts=good, chapter="minimal_ops")
     values = torch.arange(6, dtype=torch.float32)
     round_trip = torch.equal(values.to("privateuseone").cpu(), values)
     print(json.dumps({"message": message, "nothing_loaded": nothing_loaded, "round_trip": round_trip}))

@@ -14,7 +14,7 @@ def test_resolve_keeps_the_first_position_and_the_latest_version():
 
 
 def test_chapter_03_builds_the_revised_fallback_and_later_chapters_only_it():
-    chapter = Chapter.of(3)
+    chapter = Chapter.of("fallback")
     versions = [p for p in chapter.parts() if p.name == "cpu_fallback"]
     assert len(versions) == 2 and versions[0].source != versions[1].source
     through = chapter.parts_through()
@@ -25,10 +25,10 @@ def test_chapter_03_builds_the_revised_fallback_and_later_chapters_only_it():
 
 
 def test_staging_a_revision_returns_the_diff_against_the_version_it_replaces():
-    chapter = Chapter.of(3)
+    chapter = Chapter.of("fallback")
     first, second = [p for p in chapter.parts() if p.name == "cpu_fallback"]
     session = Session()
-    session.start(chapter.stem)
+    session.start(chapter.slug)
     assert session.stage("cpu_fallback", first.source) is None  # the first version revises nothing
     revision = session.stage("cpu_fallback", second.source)
     assert isinstance(revision, Revision)
@@ -47,8 +47,8 @@ def test_staging_a_revision_returns_the_diff_against_the_version_it_replaces():
 
 def test_exercises_are_built_only_when_named():
     session = Session()
-    session.start(Chapter.of(3).stem)
-    for part in Chapter.of(3).parts():
+    session.start(Chapter.of("fallback").slug)
+    for part in Chapter.of("fallback").parts():
         session.stage(part.name, part.source)
     assert not any(p.is_exercise for p in session.parts())
     assert session.parts(["exercise_abs"])[-1].name == "exercise_abs"
@@ -59,16 +59,16 @@ def test_exercises_are_built_only_when_named():
 
 
 def test_chapter_01_carries_the_device_module_forward():
-    (origin, source), *_ = Chapter.of(1).carried_cells()
+    (origin, source), *_ = Chapter.of("allocator").carried_cells()
     assert origin.startswith("01_allocator.ipynb[cell ")
     assert "torch._register_device_module" in source
 
 
 def test_a_cell_the_reader_edited_is_compared_with_what_the_build_has():
-    chapter = Chapter.of(3)
+    chapter = Chapter.of("fallback")
     first, _ = [p for p in chapter.parts() if p.name == "cpu_fallback"]
     session = Session()
-    session.start(chapter.stem)
+    session.start(chapter.slug)
     session.stage("cpu_fallback", first.source)
     revision = session.stage("cpu_fallback", first.source.replace("at::native::cpu_fallback", "my_fallback"))
     assert revision is not None and revision.version is None

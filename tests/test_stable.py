@@ -91,7 +91,7 @@ def test_the_stable_library_registers_the_hooks_once():
         before = generator_error("privateuseone")
         first, second = stable.library(), stable.library()
         after = generator_error("privateuseone")
-        build = Chapter.of(1).build()
+        build = Chapter.of("allocator").build()
         maps = {line.split()[-1] for line in open("/proc/self/maps") if "libember_stable" in line}
         print(json.dumps(dict(before=before, after=after, first=str(first), second=str(second),
                               maps=sorted(maps), build=str(build.library))))
@@ -128,7 +128,7 @@ def test_backward_works_after_chapter_03():
         # The autograd engine asks the accelerator for its current stream, and
         # PrivateUse1 counts as the accelerator only once it has been named.
         torch.utils.rename_privateuse1_backend("privateuseone")
-        Chapter.of(3).build()
+        Chapter.of("fallback").build()
         x_cpu = torch.tensor([0.5, -1.0, 2.0, 3.5], requires_grad=True)
         w_cpu = torch.tensor([2.0, 0.25, -1.5, 1.0])
         ((x_cpu * w_cpu).sum() + (x_cpu * x_cpu).sum()).backward()
@@ -150,19 +150,19 @@ def test_retiring_a_build_unplugs_its_slots_and_a_rebuild_plugs_them_again():
         from book.cells import CppPart
         from book.chapter import Chapter
 
-        chapter = Chapter.of(3)
+        chapter = Chapter.of("fallback")
         base = chapter.parts_through()
-        plug = CppPart(chapter.stem, "test_plug", {PLUG_SOURCE!r})
+        plug = CppPart(chapter.slug, "test_plug", {PLUG_SOURCE!r})
         seen = {{}}
         chapter.build()
         seen["chapter 03"] = [generator_error("privateuseone"), metadata()]
-        builder.build(parts=base + [plug], chapter=chapter.stem)
+        builder.build(parts=base + [plug], chapter=chapter.slug)
         seen["plugged"] = [generator_error("privateuseone:1"), generator_error("privateuseone"), metadata()]
         builder.unload()
         seen["retired"] = [generator_error("privateuseone")]
-        builder.build(parts=base + [plug], chapter=chapter.stem)  # the retired build, loaded again
+        builder.build(parts=base + [plug], chapter=chapter.slug)  # the retired build, loaded again
         seen["rebuilt"] = [generator_error("privateuseone"), metadata()]
-        builder.build(parts=base, chapter=chapter.stem)
+        builder.build(parts=base, chapter=chapter.slug)
         seen["without the plug"] = [generator_error("privateuseone"), metadata()]
         print(json.dumps(seen))
         """

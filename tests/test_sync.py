@@ -94,11 +94,11 @@ def test_region_text_excludes_markers(tmp_path):
 
 
 def test_a_chapter_builds_on_the_chapters_before_it():
-    stems = [p.stem for p in chapter_paths()]
-    assert stems == sorted(stems)
-    for index, stem in enumerate(stems):
-        earlier = {p.chapter for p in parts_before(stem)}
-        assert earlier <= set(stems[:index])
+    slugs = [regions.slug_of(p) for p in chapter_paths()]
+    assert len(set(slugs)) == len(slugs)
+    for index, slug in enumerate(slugs):
+        earlier = {p.chapter for p in parts_before(slug)}
+        assert earlier <= set(slugs[:index])
 
 
 # -- revisions and exercises ---------------------------------------------------------------
@@ -106,23 +106,23 @@ def test_a_chapter_builds_on_the_chapters_before_it():
 
 def test_a_revision_is_checked_against_history_and_the_latest_against_csrc():
     placed = {(part.origin, place) for part, place in sync.placements(sync.chapter_parts())}
-    assert ("03_fallback.ipynb[cpu_fallback]", ("history/03_fallback", "cpu_fallback.v1")) in placed
+    assert ("03_fallback.ipynb[cpu_fallback]", ("history/fallback", "cpu_fallback.v1")) in placed
     assert ("03_fallback.ipynb[cpu_fallback]", ("csrc", "cpu_fallback")) in placed
     assert (
         "01_allocator.ipynb[exercise_capped_allocator]",
-        ("exercises/01_allocator", "exercise_capped_allocator"),
+        ("solutions/allocator", "exercise_capped_allocator"),
     ) in placed
 
 
 def test_an_edited_earlier_version_is_reported(tmp_path):
     copies = copy_chapters(tmp_path)
     chapter03 = next(p for p in copies if p.stem == "03_fallback")
-    # The first cpu_fallback cell is version 1, held in extension/history/03_fallback.cpp.
+    # The first cpu_fallback cell is version 1, held in chapters/history/fallback.cpp.
     edit_first_cpp_cell(chapter03, lambda s: s.replace("namespace ember {", "namespace ember {  ", 1))
     problems = sync.problems(notebooks=copies)
     assert len(problems) == 1
     assert problems[0].startswith(
-        "03_fallback.ipynb[cpu_fallback] differs from extension/history/03_fallback.cpp:"
+        "03_fallback.ipynb[cpu_fallback] differs from chapters/history/fallback.cpp:"
     )
 
 
@@ -147,7 +147,7 @@ def test_the_chapters_show_the_packages_python():
     # check covers it (test_chapters_match_the_extension passes only if every cell matches).
     placed = {(part.origin, place) for part, place in sync.python_placements(pycells.chapter_parts())}
     assert ("01_allocator.ipynb[devices]", ("package", "devices")) in placed
-    assert ("01_allocator.ipynb[memory]", ("history/01_allocator", "memory.v1")) in placed
+    assert ("01_allocator.ipynb[memory]", ("history/allocator", "memory.v1")) in placed
     assert ("11_device_guard.ipynb[memory]", ("package", "memory")) in placed
     assert ("09_autocast.ipynb[amp]", ("package", "amp")) in placed
     assert sync.python_problems() == []
@@ -172,9 +172,7 @@ def test_an_edited_earlier_python_version_is_reported_against_history(tmp_path):
     edit_py_cell(chapter01, "memory", lambda s: s.replace("bytes_in_use", "bytes_used", 1))
     problems = sync.python_problems(notebooks=copies)
     assert len(problems) == 1
-    assert problems[0].startswith(
-        "01_allocator.ipynb[memory] differs from extension/history/01_allocator.py:"
-    )
+    assert problems[0].startswith("01_allocator.ipynb[memory] differs from chapters/history/allocator.py:")
 
 
 def test_a_python_region_no_chapter_shows_is_reported(tmp_path):
@@ -208,14 +206,14 @@ def test_python_region_markers(tmp_path):
 
 
 def test_a_python_cell_run_as_shown_prints_nothing_and_an_edited_one_a_note():
-    (part, *_) = [p for p in pycells.chapter_parts() if p.chapter == "09_autocast" and p.name == "amp"]
-    assert pycells.edit_note("09_autocast", "amp", part.source) is None
-    note = pycells.edit_note("09_autocast", "amp", part.source + "# edited\n")
+    (part, *_) = [p for p in pycells.chapter_parts() if p.chapter == "autocast" and p.name == "amp"]
+    assert pycells.edit_note("autocast", "amp", part.source) is None
+    note = pycells.edit_note("autocast", "amp", part.source + "# edited\n")
     assert note is not None and "changes nothing" in note
 
 
 def test_no_function_of_the_package_is_defined_twice():
-    # One definition per name: revised versions live in extension/history, not next to the latest.
+    # One definition per name: revised versions live in chapters/history, not next to the latest.
     package = sync.EXTENSION / "torch_ember"
     for path in package.rglob("*.py"):
         assert "noqa: F811" not in path.read_text(), path
@@ -251,17 +249,18 @@ def test_a_unified_diff_with_removed_lines_is_accepted_and_checked():
         regions.apply_difference(LATEST, "@@ -3,1 +3,1 @@\n-line 4\n+line three\n")
 
 
-def _extension_copy(tmp_path: Path) -> Path:
-    extension = tmp_path / "extension"
+def _extension_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the package's sources and of the book material (chapters/history, solutions)."""
+    extension, material = tmp_path / "extension", tmp_path / "chapters"
     shutil.copytree(sync.EXTENSION / "csrc", extension / "csrc")
-    shutil.copytree(sync.EXTENSION / "exercises", extension / "exercises")
-    shutil.copytree(sync.EXTENSION / "history", extension / "history")
     shutil.copytree(sync.EXTENSION / "torch_ember", extension / "torch_ember")
-    return extension
+    for folder in sync.BOOK_ONLY:
+        shutil.copytree(sync.CHAPTERS / folder, material / folder)
+    return extension, material
 
 
 def test_history_is_stored_without_duplication():
-    # Every earlier version in extension/history is a difference from the next version, or in full
+    # Every earlier version in chapters/history is a difference from the next version, or in full
     # where that is shorter; the full texts are derived (and the drift check compares them).
     for folder, found in (("csrc", sync.all_regions()), ("package", sync.python_regions())):
         history = {place: r for place, r in found.items() if place[0].startswith("history/")}
@@ -274,33 +273,33 @@ def test_history_is_stored_without_duplication():
 
 
 def test_compacting_history_keeps_every_version(tmp_path):
-    extension = _extension_copy(tmp_path)
-    before = {**sync.all_regions(extension), **sync.python_regions(extension)}
-    sync.compact_history(extension)
-    after = {**sync.all_regions(extension), **sync.python_regions(extension)}
+    extension, material = _extension_copy(tmp_path)
+    before = {**sync.all_regions(extension, material), **sync.python_regions(extension, material)}
+    sync.compact_history(extension, material)
+    after = {**sync.all_regions(extension, material), **sync.python_regions(extension, material)}
     assert {p: r.text for p, r in after.items()} == {p: r.text for p, r in before.items()}
-    assert sync.compact_history(extension) == []  # already compact
-    assert len(sync.problems(extension=extension)) == len(sync.problems())
+    assert sync.compact_history(extension, material) == []  # already compact
+    assert len(sync.problems(extension=extension, material=material)) == len(sync.problems())
 
 
 def test_a_version_identical_to_the_next_one_is_derived(tmp_path):
-    extension = _extension_copy(tmp_path)
-    history = extension / "history" / "03_fallback.cpp"
+    extension, material = _extension_copy(tmp_path)
+    history = material / "history" / "fallback.cpp"
     (region,) = [r for r in sync.regions_in_file(history) if r.name == "cpu_fallback.v1"]
     others = [r.name for r in sync.regions_in_file(history) if r.name != region.name]
-    latest = sync.all_regions(extension)[("csrc", "cpu_fallback")].text
+    latest = sync.all_regions(extension, material)[("csrc", "cpu_fallback")].text
     # Store version 1 as a copy of version 2 in full, compact: it is dropped, and derived.
     text = history.read_text()
     begin, end = f"// ember-book: begin {region.name}\n", f"// ember-book: end {region.name}\n"
     start, stop = text.index(begin), text.index(end) + len(end)
     history.write_text(text[:start] + begin + latest + end + text[stop:])
-    assert sync.compact_history(extension) == [history]
+    assert sync.compact_history(extension, material) == [history]
     assert [r.name for r in sync.regions_in_file(history)] == others
-    found = sync.all_regions(extension)
-    derived = regions.history_text(found, ("history/03_fallback", "cpu_fallback.v1"), "csrc")
+    found = sync.all_regions(extension, material)
+    derived = regions.history_text(found, ("history/fallback", "cpu_fallback.v1"), "csrc")
     assert derived is not None and derived.text == latest
     # The chapter's first cpu_fallback cell is not version 2, so the check says so.
-    problems = sync.cpp_problems(extension=extension)
+    problems = sync.cpp_problems(extension=extension, material=material)
     assert any(
         p.startswith("03_fallback.ipynb[cpu_fallback] differs from") and "csrc" in p.splitlines()[0]
         for p in problems

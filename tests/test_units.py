@@ -15,7 +15,7 @@ from book.cells import CppPart
 from book.chapter import Chapter
 from book.compile_errors import CppBuildError
 
-HEADER = CppPart("01_allocator", "test_header", "#define EMBER_TEST_ANSWER 42\n")
+HEADER = CppPart("allocator", "test_header", "#define EMBER_TEST_ANSWER 42\n")
 
 
 def source_part(chapter: str, name: str, body: str) -> CppPart:
@@ -23,9 +23,9 @@ def source_part(chapter: str, name: str, body: str) -> CppPart:
 
 
 def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_only():
-    first = source_part("01_allocator", "first", "int first() { return EMBER_TEST_ANSWER; }")
-    other_file = source_part("01_allocator", "other", "int other() { return 1; }")
-    second = source_part("02_minimal_ops", "second", "int second() { return EMBER_TEST_ANSWER + 1; }")
+    first = source_part("allocator", "first", "int first() { return EMBER_TEST_ANSWER; }")
+    other_file = source_part("allocator", "other", "int other() { return 1; }")
+    second = source_part("minimal_ops", "second", "int second() { return EMBER_TEST_ANSWER + 1; }")
     files = {
         "test_header": "runtime/Answer.h",
         "first": "runtime/A.cpp",
@@ -33,10 +33,10 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
     }
     split = units.split([HEADER, first, other_file, second], files=files)
     assert [(unit.chapter, unit.group) for unit in split] == [
-        ("01_allocator", "runtime/A.cpp"),
-        ("01_allocator", "runtime/B.cpp"),
+        ("allocator", "runtime/A.cpp"),
+        ("allocator", "runtime/B.cpp"),
         (
-            "02_minimal_ops",
+            "minimal_ops",
             "cells",
         ),  # a part the package does not have, first of its chapter
     ]
@@ -51,9 +51,9 @@ def test_a_unit_opens_with_its_header_parts_so_a_revised_part_sees_its_chapters_
     # A revision keeps its part's first place in the build: chapter 14's version of a
     # chapter 04 part comes before chapter 14's header parts in book order, yet calls
     # what they declare (as the package's file includes that header first).
-    declares = CppPart("14_capstone", "test_decl", "namespace ember { int declared(); }\n")
-    revised = source_part("14_capstone", "revised", "int revised() { return declared(); }")
-    new = source_part("14_capstone", "new", "int declared() { return 1; }")
+    declares = CppPart("capstone", "test_decl", "namespace ember { int declared(); }\n")
+    revised = source_part("capstone", "revised", "int revised() { return declared(); }")
+    new = source_part("capstone", "new", "int declared() { return 1; }")
     files = {"test_decl": "aten/Decl.h", "revised": "aten/A.cpp", "new": "aten/A.cpp"}
     (unit,) = units.split([revised, declares, new], files=files)
     assert [part.name for part in unit.parts] == ["test_decl", "revised", "new"]
@@ -72,15 +72,15 @@ def test_no_part_of_the_package_declares_the_host_kernel_by_hand():
 def test_a_chapters_units_are_the_same_text_in_every_later_chapters_build():
     # What makes the objects reusable: chapter 02's units do not depend on chapter 03.
     def of_chapter_02(split: list[units.Unit]) -> list[units.Unit]:
-        return [unit for unit in split if unit.chapter == "02_minimal_ops"]
+        return [unit for unit in split if unit.chapter == "minimal_ops"]
 
-    through_02 = units.split(Chapter.of(2).parts_through())
-    through_03 = units.split(Chapter.of(3).parts_through())
+    through_02 = units.split(Chapter.of("minimal_ops").parts_through())
+    through_03 = units.split(Chapter.of("fallback").parts_through())
     assert of_chapter_02(through_02) and of_chapter_02(through_03) == of_chapter_02(through_02)
 
 
 def test_every_non_header_part_is_compiled_exactly_once():
-    parts = Chapter.of(8).parts_through()
+    parts = Chapter.of("autograd").parts_through()
     headers = units.header_part_names()
     split = units.split(parts)
     for part in parts:
@@ -93,21 +93,21 @@ def test_every_non_header_part_is_compiled_exactly_once():
 
 def test_a_unit_compiled_by_one_build_is_linked_by_the_next(chapter01_parts):
     tag = uuid.uuid4().hex[:8]
-    first = source_part("01_allocator", f"kept_{tag}", f"int kept_{tag}() {{ return 7; }}")
-    build = builder.build(parts=[*chapter01_parts, first], chapter="01_allocator")
+    first = source_part("allocator", f"kept_{tag}", f"int kept_{tag}() {{ return 7; }}")
+    build = builder.build(parts=[*chapter01_parts, first], chapter="allocator")
     unit = next(unit for unit in build.linked if first in unit.parts)
     compiled_at = unit.object.stat().st_mtime_ns
-    later = source_part("02_minimal_ops", f"later_{tag}", f"int later_{tag}() {{ return 8; }}")
-    build = builder.build(parts=[*chapter01_parts, first, later], chapter="02_minimal_ops")
+    later = source_part("minimal_ops", f"later_{tag}", f"int later_{tag}() {{ return 8; }}")
+    build = builder.build(parts=[*chapter01_parts, first, later], chapter="minimal_ops")
     assert unit in build.linked and unit.object.stat().st_mtime_ns == compiled_at
 
 
 def test_an_error_in_another_chapters_unit_names_its_cell(chapter01_parts):
     tag = uuid.uuid4().hex[:8]
-    broken = source_part("01_allocator", f"broken_{tag}", "int broken() { return fourty_two; }")
-    fine = source_part("02_minimal_ops", f"fine_{tag}", "int fine() { return 1; }")
+    broken = source_part("allocator", f"broken_{tag}", "int broken() { return fourty_two; }")
+    fine = source_part("minimal_ops", f"fine_{tag}", "int fine() { return 1; }")
     with pytest.raises(CppBuildError) as raised:
-        builder.build(parts=[*chapter01_parts, broken, fine], chapter="02_minimal_ops")
+        builder.build(parts=[*chapter01_parts, broken, fine], chapter="minimal_ops")
     message = str(raised.value)
     assert "C++ build of chapter 02 failed" in message
     assert f"01_allocator.ipynb[broken_{tag}]:2" in message and "fourty_two" in message
@@ -125,16 +125,16 @@ TORCH_LIBRARY_IMPL(booktest, CPU, m) {{
   m.impl("answer", [](const at::Tensor& x) {{ return x.mul({answer}); }});
 }}
 """
-        return CppPart("01_allocator", "booktest_library", body)
+        return CppPart("allocator", "booktest_library", body)
 
-    builder.build(parts=[*chapter01_parts, library(2)], chapter="01_allocator")
+    builder.build(parts=[*chapter01_parts, library(2)], chapter="allocator")
     assert torch.ops.booktest.answer(torch.ones(2)).tolist() == [2.0, 2.0]
-    builder.build(parts=[*chapter01_parts, library(3)], chapter="01_allocator")
+    builder.build(parts=[*chapter01_parts, library(3)], chapter="allocator")
     assert torch.ops.booktest.answer(torch.ones(2)).tolist() == [3.0, 3.0]
 
 
 def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_parts):
-    builder.build(parts=chapter01_parts, chapter="01_allocator")
+    builder.build(parts=chapter01_parts, chapter="allocator")
 
     driver = ember_driver.driver().lib
 
@@ -163,15 +163,15 @@ def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_p
     builder.build(
         parts=[
             *chapter01_parts,
-            source_part("01_allocator", tag, "int unused() { return 0; }"),
+            source_part("allocator", tag, "int unused() { return 0; }"),
         ]
     )
     assert builder.live_device_allocations()[0] == 0
 
 
 def test_an_exercise_joins_the_unit_of_the_part_before_it():
-    allocator = source_part("01_allocator", "allocator", "int allocator() { return 1; }")
-    exercise = source_part("01_allocator", "exercise_capped", "int capped() { return allocator(); }")
+    allocator = source_part("allocator", "allocator", "int allocator() { return 1; }")
+    exercise = source_part("allocator", "exercise_capped", "int capped() { return allocator(); }")
     split = units.split([allocator, exercise], files={"allocator": "runtime/EmberAllocator.cpp"})
     assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [
         ("runtime/EmberAllocator.cpp", ["allocator", "exercise_capped"])
@@ -179,7 +179,7 @@ def test_an_exercise_joins_the_unit_of_the_part_before_it():
 
 
 def test_with_gcc_a_chapters_files_are_dealt_into_at_most_two_units_in_book_order():
-    parts = [source_part("04_stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(5)]
+    parts = [source_part("stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(5)]
     files = {f"p{i}": f"aten/F{i}.cpp" for i in range(5)}
     split = units.split(parts, files=files, per_file=False)
     assert units.COMPILERS == 2
@@ -190,7 +190,7 @@ def test_with_gcc_a_chapters_files_are_dealt_into_at_most_two_units_in_book_orde
 
 
 def test_with_clang_each_file_of_a_chapter_is_a_unit_of_its_own():
-    parts = [source_part("04_stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(4)]
+    parts = [source_part("stub_kernels", f"p{i}", f"int p{i}() {{ return {i}; }}") for i in range(4)]
     files = {
         "p0": "aten/F0.cpp",
         "p1": "aten/F1.cpp",
@@ -207,11 +207,11 @@ def test_with_clang_each_file_of_a_chapter_is_a_unit_of_its_own():
 
 def test_a_later_build_cell_of_a_chapter_reuses_the_units_of_the_files_it_did_not_touch():
     # Chapter 14 builds in groups: the second build adds files, the first build's units stay as they were.
-    header = CppPart("14_capstone", "test_host", "namespace ember { int host(); }\n")
-    first = source_part("14_capstone", "first", "int first() { return host(); }")
-    second = source_part("14_capstone", "second", "int second() { return host() + 1; }")
+    header = CppPart("capstone", "test_host", "namespace ember { int host(); }\n")
+    first = source_part("capstone", "first", "int first() { return host(); }")
+    second = source_part("capstone", "second", "int second() { return host() + 1; }")
     files = {"test_host": "aten/Host.h", "first": "aten/A.cpp", "second": "aten/B.cpp"}
-    before = [source_part("13_renaming", "earlier", "int earlier() { return 0; }")]
+    before = [source_part("renaming", "earlier", "int earlier() { return 0; }")]
     one = units.split([*before, header, first], files=files, per_file=True)
     two = units.split([*before, header, first, second], files=files, per_file=True)
     assert [unit for unit in two if unit.group != "aten/B.cpp"] == one
@@ -220,10 +220,10 @@ def test_a_later_build_cell_of_a_chapter_reuses_the_units_of_the_files_it_did_no
 def test_a_revision_sees_the_header_parts_its_chapter_shows_after_its_place():
     # A revision keeps the first version's place (chapter 04's), yet its own chapter's header parts,
     # shown later in book order, come first in its unit; a unit of chapter 07 does not see them.
-    p04 = source_part("04_stub_kernels", "kernels", "int kernels() { return 4; }")
-    revised = source_part("14_capstone", "revised", "int revised() { return declared(); }")
-    p07 = source_part("07_custom_ops", "custom", "int custom() { return 7; }")
-    declares = CppPart("14_capstone", "test_decl", "namespace ember { int declared(); }\n")
+    p04 = source_part("stub_kernels", "kernels", "int kernels() { return 4; }")
+    revised = source_part("capstone", "revised", "int revised() { return declared(); }")
+    p07 = source_part("custom_ops", "custom", "int custom() { return 7; }")
+    declares = CppPart("capstone", "test_decl", "namespace ember { int declared(); }\n")
     files = {
         "kernels": "aten/K.cpp",
         "revised": "aten/R.cpp",
@@ -245,9 +245,9 @@ def test_with_clang_only_units_that_run_device_code_are_optimized():
         "marked": "aten/M.cpp",
         "registers": "aten/R.cpp",
     }
-    launches = source_part("04_stub_kernels", "launches", "void f() { ember::launch(0, [] {}); }")
-    marked = source_part("04_stub_kernels", "marked", '#pragma GCC optimize("O3")\nint g() { return 1; }')
-    registers = source_part("04_stub_kernels", "registers", "int h() { return 2; }")
+    launches = source_part("stub_kernels", "launches", "void f() { ember::launch(0, [] {}); }")
+    marked = source_part("stub_kernels", "marked", '#pragma GCC optimize("O3")\nint g() { return 1; }')
+    registers = source_part("stub_kernels", "registers", "int h() { return 2; }")
     split = units.split([launches, marked, registers], files=files, per_file=True)
     assert [unit.runs_on_device for unit in split] == [True, True, False]
     clang = toolchain.is_clang()
@@ -256,10 +256,10 @@ def test_with_clang_only_units_that_run_device_code_are_optimized():
 
 
 def test_only_units_naming_torch_autograd_get_the_autograd_prelude():
-    plain = source_part("07_custom_ops", "plain", "int plain() { return 0; }")
+    plain = source_part("custom_ops", "plain", "int plain() { return 0; }")
     tag = uuid.uuid4().hex[:8]  # a new unit: it is compiled, not fetched from the cache
     uses = source_part(
-        "08_autograd",
+        "autograd",
         "uses",
         f"using Context_{tag} = torch::autograd::AutogradContext;",
     )
@@ -277,11 +277,13 @@ def test_a_chapters_build_cells_are_the_builds_a_reader_waits_for() -> None:
     # Chapter 14 builds its kernels in four groups; its first build (chapter 13's backend) compiles
     # nothing of its own and does not count. Each build keeps every part of the one before it (a
     # revision replaces a part's text, not its name) and changes some; the last is the chapter's backend.
-    chapter = Chapter.of(14)
+    chapter = Chapter.of("capstone")
     builds = chapter.build_cells()
     assert len(builds) == 4
     assert builds[-1] == chapter.parts_through()
     for earlier, later in zip(builds, builds[1:], strict=False):
         assert {p.name for p in earlier} <= {p.name for p in later}
         assert earlier != later
-    assert [len(b) for b in Chapter.of(5).build_cells()] == [len(Chapter.of(5).parts_through())]
+    assert [len(b) for b in Chapter.of("matrix_products").build_cells()] == [
+        len(Chapter.of("matrix_products").parts_through())
+    ]

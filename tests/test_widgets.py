@@ -30,7 +30,7 @@ TABLE_KEYS = ["PrivateUse1", "AutogradPrivateUse1", "CPU"]
 def before_ember() -> t.Snapshot:
     """Chapter 01's backend (allocator and guard, no operator kernels) and a snapshot of it."""
     gc.collect()
-    Chapter.of(1).build()
+    Chapter.of("allocator").build()
     return book.snapshot(TABLE_OPS)
 
 
@@ -38,7 +38,7 @@ def before_ember() -> t.Snapshot:
 def chapter02() -> Iterator[builder.Build]:
     """The backend as chapter 02 leaves it: the minimal operators."""
     gc.collect()
-    yield Chapter.of(2).build()
+    yield Chapter.of("minimal_ops").build()
     gc.collect()
 
 
@@ -46,7 +46,7 @@ def chapter02() -> Iterator[builder.Build]:
 def ember() -> Iterator[builder.Build]:
     """The backend as chapter 03 leaves it: minimal operators and the CPU fallback."""
     gc.collect()
-    yield Chapter.of(3).build()
+    yield Chapter.of("fallback").build()
     gc.collect()
 
 
@@ -378,17 +378,17 @@ def test_a_revised_registration_stays_with_the_chapter_that_introduced_it() -> N
     from book.widgets import by_chapter
 
     # Chapter 14 revises chapter 04's binary kernels: add.out was registered by chapter 04's first version.
-    assert by_chapter.introduced_by("14_capstone", "binary_ops", "aten::add.out") == "04_stub_kernels"
-    assert by_chapter.introduced_by("14_capstone", "binary_ops") == "04_stub_kernels"
+    assert by_chapter.introduced_by("capstone", "binary_ops", "aten::add.out") == "stub_kernels"
+    assert by_chapter.introduced_by("capstone", "binary_ops") == "stub_kernels"
     # A part chapter 14 introduced, and a part no notebook shows (a reader's new cell).
-    assert by_chapter.introduced_by("14_capstone", "batch_norm", "aten::native_batch_norm") == "14_capstone"
-    assert by_chapter.introduced_by("14_capstone", "no_such_part", "aten::add.out") == "14_capstone"
+    assert by_chapter.introduced_by("capstone", "batch_norm", "aten::native_batch_norm") == "capstone"
+    assert by_chapter.introduced_by("capstone", "no_such_part", "aten::add.out") == "capstone"
     # An operator a revision registers and no earlier version names belongs to the reviser.
-    versions = by_chapter._versions("14_capstone", "blas_ops")
-    assert len(versions) >= 2 and versions[-1][0] == "14_capstone"
+    versions = by_chapter._versions("capstone", "blas_ops")
+    assert len(versions) >= 2 and versions[-1][0] == "capstone"
     if '"addr"' in versions[-1][1] and not any('"addr"' in source for _, source in versions[:-1]):
-        assert by_chapter.introduced_by("14_capstone", "blas_ops", "aten::addr") == "14_capstone"
-    assert by_chapter.introduced_by("14_capstone", "blas_ops", "aten::mm.out") == versions[0][0]
+        assert by_chapter.introduced_by("capstone", "blas_ops", "aten::addr") == "capstone"
+    assert by_chapter.introduced_by("capstone", "blas_ops", "aten::mm.out") == versions[0][0]
 
 
 def test_the_by_chapter_view_marks_revised_entries() -> None:
@@ -399,19 +399,19 @@ def test_the_by_chapter_view_marks_revised_entries() -> None:
     kernel = t.Entry(t.KERNEL, location=location, provenance="kernel")
     fallback = t.Entry(t.FALLBACK, location="03_fallback.ipynb[cpu_fallback]:39", provenance="fallback")
     stub = b.ChapterGroup(
-        "04_stub_kernels",
+        "stub_kernels",
         kernels=[
-            b.Filled("aten::add.out", "PrivateUse1", kernel, "04_stub_kernels", "binary_ops", "14_capstone"),
-            b.Filled("aten::mul.out", "PrivateUse1", kernel, "04_stub_kernels", "binary_ops", "14_capstone"),
+            b.Filled("aten::add.out", "PrivateUse1", kernel, "stub_kernels", "binary_ops", "capstone"),
+            b.Filled("aten::mul.out", "PrivateUse1", kernel, "stub_kernels", "binary_ops", "capstone"),
         ],
     )
     fallback_group = b.ChapterGroup(
-        "03_fallback", shared=[b.Shared("PrivateUse1", fallback, "03_fallback", "cpu_fallback", 500)]
+        "fallback", shared=[b.Shared("PrivateUse1", fallback, "fallback", "cpu_fallback", 500)]
     )
-    data = b.ByChapter(2, ("PrivateUse1",), {"03_fallback": fallback_group, "04_stub_kernels": stub}, {}, [])
-    assert stub.revised == {"14_capstone": 2} and fallback_group.revised == {}
+    data = b.ByChapter(2, ("PrivateUse1",), {"fallback": fallback_group, "stub_kernels": stub}, {}, [])
+    assert stub.revised == {"capstone": 2} and fallback_group.revised == {}
     text = v.render_text(data)
-    row = next(line for line in text.splitlines() if line.startswith("04_stub_kernels"))
+    row = next(line for line in text.splitlines() if line.startswith("04_stub_kernels"))  # its notebook
     assert row.split()[1:5] == ["2", "2", "2", "in"] and "14" in row
     html = v.render_html(data)
     assert html.count("revised in 14") == 2  # each of chapter 04's rows, in its details

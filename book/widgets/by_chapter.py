@@ -2,7 +2,7 @@
 
 Everything is read from the live dispatcher (`book.widgets.table.parse_table`, i.e.
 ``torch._C._dispatch_dump_table``), never from the notebooks' text. A chapter build compiles
-each part after a ``#line 1 "NN_stem.ipynb[part]"`` directive (`book.units.source_text`), so the
+each part after a ``#line 1 "02_minimal_ops.ipynb[part]"`` directive (`book.units.source_text`), so the
 ``registered at`` location the dispatcher keeps for a ``TORCH_LIBRARY_IMPL`` block names the
 notebook and the part whose code made the registration: the chapter is read off it. A part that a
 later chapter revised is compiled from the revision, so the location names the revising chapter. Its
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
-from book.regions import versions_through
+from book.regions import chapter_slugs, slug_of, versions_through
 from book.widgets import table as t
 
 # The runtime keys that belong to ember's device type.
@@ -43,8 +43,9 @@ EMBER_KEYS: tuple[str, ...] = (
     "NestedTensorPrivateUse1",
 )
 
-# A chapter build's registration location: "09_autocast.ipynb[autocast_fallthrough]:4".
-_ORIGIN = re.compile(r"^(?P<chapter>\d\d_\w+)\.ipynb\[(?P<part>[^\]]+)\]:\d+$")
+# A chapter build's registration location: "09_autocast.ipynb[autocast_fallthrough]:4" (the notebook
+# file's stem; `origin` turns it into the chapter's slug).
+_ORIGIN = re.compile(r"^(?P<notebook>\w+)\.ipynb\[(?P<part>[^\]]+)\]:\d+$")
 
 SHARED_KINDS = (t.FALLBACK, t.FALLTHROUGH)  # one registration for every operator
 # At the others (sparse, quantized, nested layouts) only kernels registered at the key itself count:
@@ -53,9 +54,20 @@ MAIN_KEYS = ("PrivateUse1", "AutogradPrivateUse1", "AutocastPrivateUse1")
 
 
 def origin(location: str | None) -> tuple[str, str] | None:
-    """(chapter stem, part) of a registration made by a chapter build, else None."""
+    """(chapter slug, part) of a registration made by a chapter build, else None."""
     match = _ORIGIN.match(location or "")
-    return (match["chapter"], match["part"]) if match else None
+    if match is None:
+        return None
+    slug = slug_of(match["notebook"]) if _is_chapter_file(match["notebook"]) else None
+    return (slug, match["part"]) if slug is not None and slug in chapter_slugs() else None
+
+
+def _is_chapter_file(stem: str) -> bool:
+    try:
+        slug_of(stem)
+    except ValueError:
+        return False
+    return True
 
 
 @cache
@@ -144,15 +156,14 @@ class ByChapter:
 
     operators: int  # how many operators were read
     keys: tuple[str, ...]
-    groups: dict[str, ChapterGroup]  # chapter stem -> group, in book order
+    groups: dict[str, ChapterGroup]  # chapter slug -> group, in book order
     not_ours: dict[str, int]  # key -> entries there PyTorch registered (composite, autograd kernels)
     unattributed: list[tuple[str, str, str]]  # (op, key, location): the book's, but no chapter origin
 
     def group(self, chapter: str) -> ChapterGroup:
-        """The group of a chapter, by stem ("04_stub_kernels") or number prefix ("04")."""
-        for stem, group in self.groups.items():
-            if stem == chapter or stem[:2] == chapter:
-                return group
+        """The group of a chapter, by its slug ("stub_kernels")."""
+        if chapter in self.groups:
+            return self.groups[chapter]
         raise LookupError(f"no chapter {chapter!r} filled an entry of ember's dispatch table")
 
     def filled(self, op: str, key: str = "PrivateUse1") -> Filled | None:
@@ -208,5 +219,5 @@ def read(ops: Iterable[str] | None = None, keys: Iterable[str] = EMBER_KEYS) -> 
         chapter, revised = attribution(compiled, part)
         group = groups.setdefault(chapter, ChapterGroup(chapter))
         group.shared.append(Shared(key, entries[0], chapter, part, len(entries), revised))
-    ordered = {stem: groups[stem] for stem in sorted(groups)}
+    ordered = {slug: groups[slug] for slug in chapter_slugs() if slug in groups}
     return ByChapter(len(names), tuple(columns), ordered, not_ours, unattributed)

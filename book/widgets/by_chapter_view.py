@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from functools import cache
 
-from book.paths import CHAPTERS
+from book.regions import chapter_path, label, notebook_stem
 from book.widgets import by_chapter as b
 from book.widgets import table as t
 from book.widgets.html import MONO, OURS, SANS, esc, inline, kind_css
@@ -38,23 +38,22 @@ _CSS = f"""
 
 
 @cache
-def chapter_title(stem: str) -> str:
-    """The first heading of a chapter's notebook ("Autograd: gradients on ember"), or the stem."""
-    path = CHAPTERS / f"{stem}.ipynb"
+def chapter_title(slug: str) -> str:
+    """The first heading of a chapter's notebook ("Autograd: gradients on ember"), or the slug."""
     try:
-        cells = json.loads(path.read_text())["cells"]
-    except (OSError, ValueError, KeyError):
-        return stem
+        cells = json.loads(chapter_path(slug).read_text())["cells"]
+    except (LookupError, OSError, ValueError, KeyError):
+        return slug
     for cell in cells:
         if cell.get("cell_type") == "markdown":
             for line in "".join(cell["source"]).splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
-    return stem
+    return slug
 
 
 def _shared_text(shared: b.Shared) -> str:
-    revised = f", revised in {shared.revised_in[:2]}" if shared.revised_in else ""
+    revised = f", revised in {label(shared.revised_in)}" if shared.revised_in else ""
     return (
         f"{_SHARED_WORD[shared.entry.kind]} at {shared.key} ({shared.part}{revised}), "
         f"serves {shared.serves} operators"
@@ -63,7 +62,7 @@ def _shared_text(shared: b.Shared) -> str:
 
 def _revised_text(group: b.ChapterGroup) -> str:
     """Its entries that later chapters revised: "31 in 14"."""
-    return ", ".join(f"{count} in {chapter[:2]}" for chapter, count in group.revised.items()) or "—"
+    return ", ".join(f"{count} in {label(chapter)}" for chapter, count in group.revised.items()) or "—"
 
 
 def render_text(data: b.ByChapter) -> str:
@@ -71,13 +70,13 @@ def render_text(data: b.ByChapter) -> str:
     head = ["chapter", "kernels", "operators", "revised", "keys"]
     rows = [
         [
-            stem,
+            notebook_stem(slug),
             str(len(group.kernels)),
             str(len(group.operators)),
             _revised_text(group),
             ", ".join(key for key in group.keys if any(f.key == key for f in group.kernels)) or "—",
         ]
-        for stem, group in data.groups.items()
+        for slug, group in data.groups.items()
     ]
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
 
@@ -100,7 +99,7 @@ def render_text(data: b.ByChapter) -> str:
 
 
 def _revised_cell(chapter: str | None) -> str:
-    return f"revised in {esc(chapter[:2])}" if chapter else ""
+    return f"revised in {esc(label(chapter))}" if chapter else ""
 
 
 def _kernel_rows(group: b.ChapterGroup) -> str:
@@ -124,18 +123,18 @@ def _kernel_rows(group: b.ChapterGroup) -> str:
 def render_html(data: b.ByChapter) -> str:
     """Self-contained HTML: the summary table, then a closed <details> per chapter."""
     summary_rows = []
-    for stem, group in data.groups.items():
+    for slug, group in data.groups.items():
         shared = "; ".join(_shared_text(s) for s in group.shared) or "—"
         summary_rows.append(
-            f"<tr><td><code>{esc(stem[:2])}</code> {esc(chapter_title(stem))}</td>"
+            f"<tr><td><code>{esc(label(slug))}</code> {esc(chapter_title(slug))}</td>"
             f'<td class="ember-num">{len(group.kernels)}</td><td class="ember-num">{len(group.operators)}</td>'
             f"<td>{esc(_revised_text(group))}</td><td>{esc(', '.join(group.keys))}</td><td>{esc(shared)}</td></tr>"
         )
     details = []
-    for stem, group in data.groups.items():
+    for slug, group in data.groups.items():
         noun = "entry" if len(group.kernels) + len(group.shared) == 1 else "entries"
         details.append(
-            f"<details><summary>{esc(stem[:2])} {esc(chapter_title(stem))}: "
+            f"<details><summary>{esc(label(slug))} {esc(chapter_title(slug))}: "
             f"{len(group.kernels) + len(group.shared)} {noun}, parts {esc(', '.join(group.parts))}</summary>"
             "<table><thead><tr><th>operator</th><th>key</th><th>entry</th><th>part</th>"
             "<th>revised</th></tr></thead>"

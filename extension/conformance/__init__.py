@@ -13,7 +13,7 @@ why). Its modules, by job:
   channels-last) and of transformer and vision model cases on ember against FakeTensor's prediction of
   its sizes and strides; strides_report.py: its summary, its reasons and expected-differences file.
 
-The committed results live here too: opinfo_summary.json (the counts chapter 14 shows) and
+The committed results live here too: opinfo_summary.json (the counts the capstone chapter shows) and
 opinfo_expected_failures.toml (every expected failure with its reason), both written by
 `make conformance` and checked by tests/extension/test_ember_opinfo.py; strides_summary.json and
 strides_expected.toml, the stride sweep's, checked by tests/extension/test_ember_strides.py. Run it as

@@ -32,7 +32,7 @@ UNINITIALIZED_OUTPUTS = frozenset(
 
 
 # Ops whose saved statistics PyTorch's meta kernel gives every device but the CPU in CUDA's shape: in
-# evaluation the CPU returns them empty, ember (chapter 18) and CUDA one per channel. PyTorch's own
+# evaluation the CPU returns them empty, ember (the contracts chapter) and CUDA one per channel. PyTorch's own
 # test_compare_cpu expects these ops to differ from the CPU; here only those outputs are left out.
 CUDA_SHAPED_STATISTICS = frozenset({"native_batch_norm", "_native_batch_norm_legit"})
 

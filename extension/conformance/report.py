@@ -1,7 +1,7 @@
 """What a sweep reports: the summary JSON, its printout, and the expected-failures file.
 
 The summary (`summary_json`) holds counts and failures with the first line of their error, and no
-timings, so that a re-run on another machine writes the same file; chapter 14 shows the committed one,
+timings, so that a re-run on another machine writes the same file; the capstone chapter shows the committed one,
 opinfo_summary.json, and the test fails when it is not what the sweep finds. `write_expected` writes
 opinfo_expected_failures.toml, the failures grouped by reason (reasons.py).
 """

@@ -11,7 +11,7 @@ the (op, dtype) unit that was running and the chunk resumes after it. A worker w
 unit: {"start": KEY} before it, the result after.
 
 Only the workers import torch_ember and torch.testing._internal: the process that calls run_sweep
-imports neither (chapter 14 calls it from a process that holds its own backend).
+imports neither (the capstone chapter calls it from a process that holds its own backend).
 """
 
 from __future__ import annotations

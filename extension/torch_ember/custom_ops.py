@@ -1,7 +1,7 @@
-"""ember's custom operators written in Python (chapter 07).
+"""ember's custom operators written in Python (the custom_ops chapter).
 
 `ember::custom_abs` and `ember::custom_l1_loss` are C++ operators (csrc/aten/EmberCustomOps.cpp),
-with a C++ Meta kernel for fake tensors (and chapter 08's ember::custom_abs_ in EmberAutograd.cpp).
+with a C++ Meta kernel for fake tensors (and the autograd chapter's ember::custom_abs_ in EmberAutograd.cpp).
 The two operators here are defined with
 `torch.library.custom_op`, which writes the schema from the type annotations:
 

@@ -12,7 +12,7 @@ MIOpen's batch-norm backwards are there): when a tangent reaches such an operato
 a TorchScript decomposition registered for it, built of operators that have forward formulas. Ember
 registers one for each fused cell, computing the same results as its kernels (csrc/aten/EmberRecurrent.cpp),
 workspace included. The alternative, an autograd kernel at AutogradPrivateUse1, would hide ATen's formulas
-from torch.func (chapter 08).
+from torch.func (the autograd chapter).
 
 The registry is keyed by operator, not by device, so each decomposition serves ember only: another device
 still gets PyTorch's own sentence, though raised through TorchScript's interpreter (a torch.jit.Error

@@ -1,4 +1,4 @@
-// GELU and its gradient: the kernels chapter 16 adds after the profiler
+// GELU and its gradient: the kernels the profiler chapter adds after the profiler
 // shows the CPU fallback's copies around every aten::gelu of a training step.
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Activation.h>

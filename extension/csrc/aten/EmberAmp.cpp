@@ -1,11 +1,11 @@
-// Mixed precision on ember (chapter 09): what autocast and GradScaler need
+// Mixed precision on ember (the autocast chapter): what autocast and GradScaler need
 // from the device beyond the autocast wrappers (EmberAutocast.cpp).
 //
 // - Matrix products in float16 and bfloat16. The simulated device's gemm
 //   computes in float32 (EmberBlas.h); like a tensor core it takes the
 //   lower-precision inputs, accumulates in float32 and rounds the result.
 // - Convolution, forward and backward, in float16 and bfloat16 the same
-//   way, around chapter 6's float32 kernels.
+//   way, around the convolution chapter's float32 kernels.
 // - GradScaler's two operators, as ember kernels: unscale the gradients and
 //   flag an inf or NaN; grow or back off the scale.
 #include <ATen/Dispatch.h>

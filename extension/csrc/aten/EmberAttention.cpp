@@ -1,4 +1,4 @@
-// Attention on ember (chapter 09): how scaled_dot_product_attention reaches
+// Attention on ember (the autocast chapter): how scaled_dot_product_attention reaches
 // a device, and ember's kernel behind it.
 //
 // - The choice. scaled_dot_product_attention is a composite that asks the

@@ -1,4 +1,4 @@
-// Autocast on ember (chapter 09): the kernels at DispatchKey::AutocastPrivateUse1.
+// Autocast on ember (the autocast chapter): the kernels at DispatchKey::AutocastPrivateUse1.
 //
 // torch.autocast(device_type=<ember>) turns that key on for the thread. Every
 // operator then enters it first: most fall through to the keys below, the

@@ -5,9 +5,9 @@
 // formula has a kernel at the Autograd alias key, which fills
 // AutogradPrivateUse1, and that kernel records the graph and redispatches to
 // ember's kernels. This file covers ember's own operators (the `ember`
-// namespace, chapter 07) and, for one aten operator, the backward operator
-// its derivative formula calls (chapter 08 replaced tanh's whole autograd
-// kernel instead; chapter 18 shows why that breaks torch.func).
+// namespace, the custom_ops chapter) and, for one aten operator, the backward operator
+// its derivative formula calls (the autograd chapter replaced tanh's whole autograd
+// kernel instead; the contracts chapter shows why that breaks torch.func).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/abs.h>

@@ -1,4 +1,4 @@
-// ember's own operators: the `ember` namespace (chapter 07).
+// ember's own operators: the `ember` namespace (the custom_ops chapter).
 //
 // ember::custom_abs is an operator ATen does not have, defined by this
 // library: its schema, a CPU kernel, an ember kernel (a launch on the device)

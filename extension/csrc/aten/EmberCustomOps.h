@@ -1,4 +1,4 @@
-// ember's own operators (chapter 07): what other files need to call them.
+// ember's own operators (the custom_ops chapter): what other files need to call them.
 #pragma once
 
 #include <ATen/core/Tensor.h>

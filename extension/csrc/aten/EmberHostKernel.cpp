@@ -1,6 +1,6 @@
 // The boxed host kernel: any operator the CPU implements, computed by ATen's
 // CPU kernel on host views of ember's memory inside one launch. The revised
-// kernels of chapters 04 to 06 send it the dtypes their loops are not
+// kernels of the chapters from stub_kernels to convolution send it the dtypes their loops are not
 // compiled for.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,6 +1,6 @@
 // Kernels whose arithmetic is ATen's CPU code, run inside an ember launch on
-// the device's own memory: what chapter 14's normalization, pooling and loss
-// kernels (and the revised kernels of chapters 04 to 06) are written with.
+// the device's own memory: what the capstone chapter's normalization, pooling and loss
+// kernels (and the revised kernels of the chapters from stub_kernels to convolution) are written with.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,8 +1,8 @@
 // ember's random kernels, on the device, from Philox counters that the
 // generator (runtime/EmberGenerator.cpp) reserves: uniform_, normal_,
 // random_, exponential_, bernoulli_, randperm, multinomial and dropout
-// (native_dropout and its backward), chapter 10; then what the conformance
-// sweep (chapter 14) found missing, built from those draws: cauchy_,
+// (native_dropout and its backward), the generator chapter; then what the conformance
+// sweep (the capstone chapter) found missing, built from those draws: cauchy_,
 // log_normal_, geometric_, normal with tensor arguments, rrelu's noise, and
 // every dtype the kernels are not compiled for. The registrations close the
 // file.

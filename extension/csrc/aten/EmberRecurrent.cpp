@@ -2,7 +2,7 @@
 // lstm_cell and gru_cell (behind nn.LSTM, nn.LSTMCell, nn.GRU, nn.GRUCell)
 // call _thnn_fused_lstm_cell / _thnn_fused_gru_cell, operators that only CUDA
 // implements: the CPU fallback finds no CPU kernel and every recurrent layer
-// failed on ember. The device-generic tests (chapter 14) found it.
+// failed on ember. The device-generic tests (the capstone chapter) found it.
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>

@@ -1,6 +1,6 @@
 // View kernels: new sizes and strides over the same ember storage, no copy.
-// view, as_strided and _reshape_alias (chapter 02), and the last view
-// operators the conformance sweep (chapter 14) found without an ember kernel:
+// view, as_strided and _reshape_alias (the minimal_ops chapter), and the last view
+// operators the conformance sweep (the capstone chapter) found without an ember kernel:
 // unfold, view_as_real and view_as_complex (the CPU fallback refuses views,
 // so `tile`, `instance_norm`, every complex `real` or `imag`, and the
 // backward of most complex operators failed on ember).

@@ -49,7 +49,7 @@ void registerGraphImplOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     // PyTorch looks an implementation up by DeviceTypeName(PrivateUse1):
-    // "EMBER", the backend's name since chapter 13, in capitals.
+    // "EMBER", the backend's name since the renaming chapter, in capitals.
     at::GraphImplRegistry()->Register(
         "EMBER", [](at::GraphImplArgs args) {
           return graph_impl_slot.require("create a graph")(args);

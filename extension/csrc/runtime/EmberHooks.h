@@ -72,7 +72,7 @@ template <typename Fn>
 class HooksSlot {
  public:
   // `what` names the missing piece ("random number generator"), `provider`
-  // says where it comes from ("chapter 10 adds one"); both go into the error.
+  // says where it comes from ("the generator chapter adds one"); both go into the error.
   constexpr HooksSlot(const char* what, const char* provider) noexcept
       : what_(what), provider_(provider) {}
   HooksSlot(const HooksSlot&) = delete;
@@ -184,14 +184,14 @@ struct PlugBackendMeta {
   SlotPlug<BackendMetaFn> deserialize_;
 };
 
-// Graphs (chapter 15). The plug also registers ember's key, the first time.
+// Graphs (the compile chapter). The plug also registers ember's key, the first time.
 struct PlugGraphImpl : SlotPlug<GraphImplFn> {
   explicit PlugGraphImpl(GraphImplFn fn) : SlotPlug(graph_impl_slot, fn) {
     registerGraphImplOnce();
   }
 };
 
-// The profiler's sessions (chapter 16). The plug also registers the profiler,
+// The profiler's sessions (the profiler chapter). The plug also registers the profiler,
 // the first time.
 struct PlugProfilerSession : SlotPlug<ProfilerSessionFn> {
   explicit PlugProfilerSession(ProfilerSessionFn fn)

@@ -1,4 +1,4 @@
-// Pinned host memory (chapter 11): what the non_blocking copies ask of it.
+// Pinned host memory (the device_guard chapter): what the non_blocking copies ask of it.
 #pragma once
 
 #include "driver/ember_driver.h"

@@ -1,5 +1,5 @@
 """The ember device module: `torch.ember`, and `torch.privateuseone` in the book until
-chapter 13.
+the renaming chapter.
 
 PyTorch imports `torch.<backend name>` the first time a device of that type is used,
 and `torch.manual_seed` looks for `_is_in_bad_fork` and `manual_seed_all` on it (without

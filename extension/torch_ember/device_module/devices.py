@@ -135,7 +135,7 @@ class device:  # noqa: N801 (the name mirrors torch.cuda.device)
 # ember-book: end devices
 
 
-# torch.manual_seed asks `_is_in_bad_fork` before it seeds the device (chapter 01 shows a
+# torch.manual_seed asks `_is_in_bad_fork` before it seeds the device (the allocator chapter shows a
 # first version that always answers False).
 # ember-book: begin bad_fork
 def _is_in_bad_fork() -> bool:

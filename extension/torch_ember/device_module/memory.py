@@ -1,9 +1,9 @@
 """Memory: what the allocator holds (`torch.cuda.memory`'s names).
 
-The allocator of chapter 11 is a c10::DeviceAllocator (the device cache), so
-torch.accelerator's memory functions read its statistics. With chapter 01's allocator,
+The allocator of the device_guard chapter is a c10::DeviceAllocator (the device cache), so
+torch.accelerator's memory functions read its statistics. With the allocator chapter's allocator,
 which is not a DeviceAllocator, every function answers from the driver's own counters,
-so every chapter's backend works with this module. (Chapter 01 shows the first
+so every chapter's backend works with this module. (The allocator chapter shows the first
 versions, which knew only the driver: extension/history/01_allocator.py.)
 """
 

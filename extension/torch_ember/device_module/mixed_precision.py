@@ -1,4 +1,4 @@
-"""Automatic mixed precision (chapter 09): what `torch.autocast` asks the device module.
+"""Automatic mixed precision (the autocast chapter): what `torch.autocast` asks the device module.
 
 torch.autocast(device_type=<ember>) asks for the dtypes ember computes in lower precision
 (on 2.13 the only function it requires): without it, autocast raises an AssertionError;

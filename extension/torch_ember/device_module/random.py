@@ -1,4 +1,4 @@
-"""Random number generators (chapter 10): `torch.cuda.random`'s names.
+"""Random number generators (the generator chapter): `torch.cuda.random`'s names.
 
 Each function works on a device's default generator, which the backend hands out
 through the operator `ember::default_generator`.

@@ -1,4 +1,4 @@
-"""Storages and serialization (chapter 12): ember's storage formats, and a clear refusal
+"""Storages and serialization (the serialization chapter): ember's storage formats, and a clear refusal
 to share ember memory across processes.
 
 A tensor's storage format is backend metadata on its TensorImpl. Python reaches it the

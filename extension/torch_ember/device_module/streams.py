@@ -1,4 +1,4 @@
-"""Streams and events (chapter 11): `torch.cuda.streams`' classes and `torch.cuda`'s
+"""Streams and events (the device_guard chapter): `torch.cuda.streams`' classes and `torch.cuda`'s
 stream functions, over the device guard."""
 
 from __future__ import annotations

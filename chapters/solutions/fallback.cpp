@@ -1,4 +1,4 @@
-// Exercise solutions of chapter 03 (shown by its %%cpp exercise_* cells).
+// Exercise solutions of the fallback chapter (shown by its %%cpp exercise_* cells).
 // Not part of the torch_ember package: the chapter's builds compile them,
 // after the chapter's own parts (they use its RegisterFallbackCheck, refuse).
 #include <ATen/native/CPUFallback.h>

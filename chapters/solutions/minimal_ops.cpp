@@ -1,4 +1,4 @@
-// Chapter 02's exercise parts (shown by its %%cpp exercise_* cells).
+// The minimal_ops chapter's exercise parts (shown by its %%cpp exercise_* cells).
 // Not part of the torch_ember package: the chapter's builds compile them.
 // exercise_wrong_dtype is a mistake on purpose (the chapter shows how the
 // dispatcher refuses it); exercise_fill uses the chapter's kernels, so it is

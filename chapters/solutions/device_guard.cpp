@@ -1,4 +1,4 @@
-// Exercise solutions of chapter 11, shown in the chapter's solution cells.
+// Exercise solutions of the device_guard chapter, shown in the chapter's solution cells.
 // Not part of the torch_ember package; the chapter's builds compile them
 // when an exercise is built by name. See book/sync.py.
 #include <torch/library.h>

@@ -1,4 +1,4 @@
-// Chapter 10's exercise solutions (not compiled by the package).
+// The generator chapter's exercise solutions (not compiled by the package).
 
 // ember-book: begin exercise_geometric
 #pragma GCC push_options

@@ -1,4 +1,4 @@
-// Exercise solutions of chapter 07 (shown by its %%cpp exercise_* cells).
+// Exercise solutions of the custom_ops chapter (shown by its %%cpp exercise_* cells).
 // Not part of the torch_ember package: the chapter's builds compile them,
 // after the chapter's own parts (they use its ember::customAbsCpu).
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// Earlier versions of parts that chapter 08 shows and a later cell revises. Not part of the
+// Earlier versions of parts that the autograd chapter shows and a later cell revises. Not part of the
 // torch_ember package, and not C++ to compile: each region NAME.vK stores only what differs from
 // the next stored version of NAME (a later NAME.vJ, else the package's region NAME), as hunks
 // `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)

@@ -1,4 +1,4 @@
-// Exercise solutions of chapter 01 (shown by its %%cpp exercise_* cells).
+// Exercise solutions of the allocator chapter (shown by its %%cpp exercise_* cells).
 // Not part of the torch_ember package: the chapter's builds compile them.
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>

@@ -1,4 +1,4 @@
-// Chapter 04's exercise solutions (book.build("exercise_...") compiles them;
+// The stub_kernels chapter's exercise solutions (book.build("exercise_...") compiles them;
 // the package does not). They use the chapter's helpers: launch,
 // KernelOperands, binaryLoop, structuredOut, PrivateUse1StubSlot.
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// Chapter 12's exercise solutions: C++ the book shows and builds on request
+// The serialization chapter's exercise solutions: C++ the book shows and builds on request
 // (book.build("exercise_NAME")), not compiled into the package.
 #include <ATen/core/Tensor.h>
 

@@ -1,4 +1,4 @@
-"""Chapter 15's versions of the package's compiler Python that later chapters replace.
+"""The compile chapter's versions of the package's compiler Python that later chapters replace.
 
 The book shows these (its `%%py` cells); the package has the latest versions only. Each region
 NAME.vK stores only what differs from the next stored version of NAME (a later NAME.vJ, else

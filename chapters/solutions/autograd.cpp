@@ -1,6 +1,6 @@
-// Exercise solutions of chapter 08 (shown by its %%cpp exercise_* cells).
+// Exercise solutions of the autograd chapter (shown by its %%cpp exercise_* cells).
 // Not part of the torch_ember package: the chapter's builds compile them,
-// after the chapter's own parts (they use chapter 07's customAbsOp).
+// after the chapter's own parts (they use the custom_ops chapter's customAbsOp).
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>

@@ -1,4 +1,4 @@
-"""Chapter 01's versions of the device module's Python that later chapters replace.
+"""The allocator chapter's versions of the device module's Python that later chapters replace.
 
 The book shows these (its `%%py` cells); the package has the latest versions only. Each region
 NAME.vK stores only what differs from the next stored version of NAME (a later NAME.vJ, else
