@@ -4,7 +4,7 @@ The allocator of the device_guard chapter is a c10::DeviceAllocator (the device 
 torch.accelerator's memory functions read its statistics. With the allocator chapter's allocator,
 which is not a DeviceAllocator, every function answers from the driver's own counters,
 so every chapter's backend works with this module. (The allocator chapter shows the first
-versions, which knew only the driver: extension/history/01_allocator.py.)
+versions, which knew only the driver: chapters/history/allocator.py.)
 """
 
 from __future__ import annotations
