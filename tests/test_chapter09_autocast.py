@@ -208,7 +208,7 @@ def facts() -> dict[str, Any]:
 
 def test_the_chapter_shows_every_autocast_and_amp_region() -> None:
     names = {part.name for part in Chapter.of("autocast").parts()}
-    files = {"aten/EmberAutocast.cpp", "aten/EmberAmp.cpp", "aten/EmberAttention.cpp"}
+    files = {"amp/EmberAutocast.cpp", "amp/EmberAmp.cpp", "aten/EmberAttention.cpp"}
     regions = {
         name
         for name, region in sync.extension_regions().items()

@@ -172,9 +172,9 @@ def test_an_uncaught_errors_traceback_does_not_keep_the_backend_busy(chapter01_p
 def test_an_exercise_joins_the_unit_of_the_part_before_it():
     allocator = source_part("allocator", "allocator", "int allocator() { return 1; }")
     exercise = source_part("allocator", "exercise_capped", "int capped() { return allocator(); }")
-    split = units.split([allocator, exercise], files={"allocator": "runtime/EmberAllocator.cpp"})
+    split = units.split([allocator, exercise], files={"allocator": "memory/EmberAllocator.cpp"})
     assert [(unit.group, [part.name for part in unit.parts]) for unit in split] == [
-        ("runtime/EmberAllocator.cpp", ["allocator", "exercise_capped"])
+        ("memory/EmberAllocator.cpp", ["allocator", "exercise_capped"])
     ]
 
 

@@ -71,7 +71,7 @@ pays for the Python stack of every allocation and free, and for dropping the tra
 
 Counts: ``fallback_calls_mlp_step``, ``fallback_calls_cnn_step``: the calls that reach the
 CPU fallback during one training step (after warm-up). The count comes from a check
-registered with the fallback itself (csrc/python/EmberBenchSupport.cpp), so it counts every
+registered with the fallback itself (csrc/bindings/EmberBenchSupport.cpp), so it counts every
 call the fallback runs, also the ones made from inside other kernels (composite kernels,
 backward formulas), and nothing else: an operator with an ember kernel, a stub, or a
 composite that decomposes into ember kernels is not counted (target 0). The table lists the
@@ -220,7 +220,7 @@ def _measure_copies(repeat: int, results: dict[str, float]) -> None:
 
 
 def _support_library() -> ctypes.CDLL:
-    """The benchmark's C entry points, compiled into torch_ember._C (csrc/python/EmberBenchSupport.cpp)."""
+    """The benchmark's C entry points, compiled into torch_ember._C (csrc/bindings/EmberBenchSupport.cpp)."""
     lib = ctypes.CDLL(torch_ember._C.__file__)
     lib.emberBenchAllocFree.argtypes = [
         ctypes.c_size_t,

@@ -5,7 +5,7 @@
 #include <torch/library.h>
 
 #include "runtime/EmberCheck.h"
-#include "runtime/EmberPinned.h"
+#include "memory/EmberPinned.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin copy_non_blocking

@@ -2,10 +2,10 @@
 (`torch.cuda.memory`'s host names).
 
 The host allocator is PyTorch's caching one (`at::CachingHostAllocatorImpl`, in
-csrc/runtime/EmberPinned.cpp): a freed pinned block is kept for reuse, and reused only
+csrc/memory/EmberPinned.cpp): a freed pinned block is kept for reuse, and reused only
 once the copies queued on it have finished. PyTorch binds its statistics to Python for
 CUDA only, so these functions call C entry points of `torch_ember._C`
-(csrc/python/EmberHostMemory.cpp) through ctypes (`backend.entry`).
+(csrc/bindings/EmberHostMemory.cpp) through ctypes (`backend.entry`).
 
 `torch.accelerator.empty_host_cache()` empties the same cache, but does nothing until
 ember has been initialized (the first ember tensor created from Python): PyTorch skips a
@@ -37,7 +37,7 @@ _VALUES = len(_COUNTERS) * len(_COUNTER_FIELDS) + 2 + len(_TIMES) * len(_TIME_FI
 
 
 def _entry(name: str) -> Any:  # a ctypes function
-    """The backend's C entry point `name` (csrc/python/EmberHostMemory.cpp)."""
+    """The backend's C entry point `name` (csrc/bindings/EmberHostMemory.cpp)."""
     return backend.entry(name)
 
 

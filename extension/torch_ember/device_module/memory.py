@@ -190,8 +190,8 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
 
 
 # Memory history and snapshots, as torch.cuda.memory's private functions of these names.
-# The C++ half lives in the backend (csrc/runtime/EmberMemoryHistory.cpp): the device
-# cache reports every allocation, free and segment to it; csrc/python/EmberMemoryBindings.cpp
+# The C++ half lives in the backend (csrc/memory/EmberMemoryHistory.cpp): the device
+# cache reports every allocation, free and segment to it; csrc/bindings/EmberMemoryBindings.cpp
 # has the entry points called here.
 
 

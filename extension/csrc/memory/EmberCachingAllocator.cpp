@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/EmberAllocatorSettings.h"
+#include "memory/EmberAllocatorSettings.h"
 #include "runtime/EmberCheck.h"
-#include "runtime/EmberExpandableSegment.h"
-#include "runtime/EmberMemoryHistory.h"
+#include "memory/EmberExpandableSegment.h"
+#include "memory/EmberMemoryHistory.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin device_cache

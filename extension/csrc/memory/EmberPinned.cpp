@@ -16,7 +16,7 @@
 
 #include "runtime/EmberCheck.h"
 #include "runtime/EmberHooks.h"
-#include "runtime/EmberPinned.h"
+#include "memory/EmberPinned.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin pinned_blocks

@@ -1,7 +1,7 @@
 // The driver side of an expandable segment: a reservation
 // (emMemAddressReserve), and pages mapped into it chunk by chunk (emMemMap),
 // as CUDA's allocator does with cuMemAddressReserve and cuMemMap.
-#include "runtime/EmberExpandableSegment.h"
+#include "memory/EmberExpandableSegment.h"
 #include "runtime/EmberCheck.h"
 
 // ember-book: begin expandable_segment

@@ -4,7 +4,7 @@
 // MemoryContext before its lock. What is kept follows CUDA's
 // _record_memory_history: a ring buffer of trace entries per device, and
 // the stack that allocated each live block and segment.
-#include "runtime/EmberMemoryHistory.h"
+#include "memory/EmberMemoryHistory.h"
 
 // ember-book: begin memory_history
 #include <Python.h>

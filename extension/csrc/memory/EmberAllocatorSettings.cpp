@@ -4,7 +4,7 @@
 // for another backend's parser (CUDA's does the same in
 // CUDAAllocatorConfig::parseArgs). Ember has no keys of its own, so it
 // registers no parser hook.
-#include "runtime/EmberAllocatorSettings.h"
+#include "memory/EmberAllocatorSettings.h"
 
 // ember-book: begin allocator_settings
 #include <c10/core/AllocatorConfig.h>

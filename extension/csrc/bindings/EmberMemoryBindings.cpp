@@ -9,7 +9,7 @@
 // "blocks"; "device_traces", a list of entries per device; and
 // "allocator_settings". So torch.cuda._memory_viz and the viewer at
 // pytorch.org/memory_viz read it as they read CUDA's.
-#include "runtime/EmberMemoryHistory.h"
+#include "memory/EmberMemoryHistory.h"
 
 // ember-book: begin memory_snapshot
 #include <c10/core/AllocatorConfig.h>
