@@ -20,15 +20,15 @@
 +                " got tensors on two ember devices, ", *first, " and ",
 +                tensor.device(), "; the CPU fallback would return the result "
 +                "on ", *first, " alone. Move the tensors to one device first.");
-@@ -49,57 +41,1 @@ sha256:92b5a7a949
+@@ -49,64 +41,1 @@ sha256:8a014df190
 +static const RegisterFallbackCheck register_one_device(&checkOneEmberDevice);
-@@ -111,3 +47,1 @@ sha256:c6dc995a19
+@@ -118,3 +47,1 @@ sha256:c6dc995a19
 +// CUDA refuses such a call up front with a device mismatch; so do we.
-@@ -147,3 +81,1 @@ sha256:95db1335f3
+@@ -154,3 +81,1 @@ sha256:95db1335f3
 +                  "ember: ", op.operator_name(), " writes into '",
-@@ -151,1 +83,2 @@ sha256:cf3561984e
+@@ -158,1 +83,2 @@ sha256:cf3561984e
 +                  ", but its inputs are on ", *ember, ": an out= tensor "
 +                  "must be on the inputs' device (as on CUDA)");
-@@ -156,2 +89,1 @@ sha256:94451cb7fa
+@@ -163,2 +89,1 @@ sha256:94451cb7fa
 +static const RegisterFallbackCheck register_outputs(&checkOutputsOnEmber);
 // ember-book: end fallback_one_device.v1

@@ -259,11 +259,11 @@ def _long(*shape: int) -> torch.Tensor:
 OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
     "nonzero": (
         lambda e: torch.nonzero(e, out=_long(0)),
-        r"aten::nonzero\.out writes into 'out'",
+        r"aten::nonzero\.out",
     ),
     "sort": (
         lambda e: torch.sort(e, out=(torch.empty(0), _long(0))),
-        r"aten::sort\.values_stable writes into 'values'",
+        r"aten::sort\.values_stable",
     ),
     "topk": (
         lambda e: torch.topk(e, 2, out=(torch.empty(0), _long(0))),
@@ -287,7 +287,7 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
 def test_an_out_tensor_on_the_cpu_is_refused_naming_both_devices(name: str) -> None:
     e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
     call, op = OUT_ON_CPU[name]
-    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: {op}.* on cpu"):
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: {op} writes into '\w+' on cpu"):
         call(e)
 
 

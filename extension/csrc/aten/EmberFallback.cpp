@@ -200,9 +200,11 @@ static const bool one_device_registered =
 // to ember by the weight) and returned the CPU's result, no error. CUDA's
 // kernels refuse such a call in PyTorch's words; so does ember. A CPU
 // scalar may still come first, and a Device argument picks the device
-// itself.
+// itself. Arguments the operator writes (out=, self of an in-place op) are
+// the next rule's: there the result is that tensor, wherever it lives.
 void checkResultOnEmber(const c10::OperatorHandle& op,
                         c10::ArrayRef<c10::IValue> arguments) {
+  const c10::FunctionSchema& schema = op.schema();
   std::optional<at::Tensor> picked; // the tensor cpu_fallback's rule picks
   std::optional<c10::Device> ember;
   const auto visit = [&](const at::Tensor& tensor, bool plain) {
@@ -217,9 +219,14 @@ void checkResultOnEmber(const c10::OperatorHandle& op,
     }
   };
   std::optional<at::Tensor> first_in_list;
-  for (const c10::IValue& value : arguments) {
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = arguments[i];
     if (value.isDevice()) {
       return;
+    }
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      continue;
     }
     if (value.isTensor()) {
       visit(value.toTensor(), true);
