@@ -67,9 +67,7 @@ def test_non_strided_layout_is_rejected(layout: torch.layout) -> None:
 # Every device mismatch is refused in PyTorch's words (its device-generic tests and users match
 # on them): structured operators (add, mul, where) by PyTorch's own device check, operators that
 # reach the CPU fallback (cat, out= variants) by ember's, which adds its detail after them.
-SAME_DEVICE = (
-    "Expected all tensors to be on the same device, but found at least two devices"
-)
+SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
 TWO_DEVICES = rf"^{SAME_DEVICE}, ember:0 and ember:1!"
 MIXED_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add,
@@ -92,9 +90,7 @@ def test_mixing_ember_devices_is_rejected(name: str) -> None:
 # ember's native matrix products check their operands themselves: PyTorch's sentence first, then
 # ember's detail, which names the operator that ran (matmul and linear run mm.out or addmm.out), and
 # the argument names and devices of the two tensors that disagree.
-MIXED_PRODUCTS: dict[
-    str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], str]
-] = {
+MIXED_PRODUCTS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], str]] = {
     "matmul": (
         torch.matmul,
         r"aten::mm\.out expects all tensors on one ember device, got self on ember:0 and mat2 on ember:1",
@@ -189,9 +185,7 @@ OWN_CHECKS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], str]
         r"aten::nll_loss_forward expects the target on ember:0, got it on cpu",
     ),
     "nll_loss_cpu_weight": (
-        lambda e, c: torch.nn.functional.nll_loss(
-            e[0], e[0, :, 0].long(), weight=c[0, 0]
-        ),
+        lambda e, c: torch.nn.functional.nll_loss(e[0], e[0, :, 0].long(), weight=c[0, 0]),
         r"aten::nll_loss_forward runs on ember:0",
     ),
 }
@@ -204,9 +198,7 @@ def test_embers_own_device_checks_say_pytorchs_sentence_first(name: str) -> None
     sentence = _cpu_sentence(lambda: torch.add(e, c))
     assert sentence == f"{SAME_DEVICE}, ember:0 and cpu!"
     call, detail = OWN_CHECKS[name]
-    with pytest.raises(
-        RuntimeError, match=rf"^{re.escape(sentence)} \(ember: {detail}.*\)$"
-    ):
+    with pytest.raises(RuntimeError, match=rf"^{re.escape(sentence)} \(ember: {detail}.*\)$"):
         call(e, c)
 
 
@@ -240,9 +232,7 @@ def test_a_cpu_input_first_with_ember_weights_is_refused_not_computed_on_the_cpu
             CPU_FIRST[name](c, e)
 
 
-def test_a_cpu_input_that_atens_onednn_convolution_takes_is_refused_in_atens_words() -> (
-    None
-):
+def test_a_cpu_input_that_atens_onednn_convolution_takes_is_refused_in_atens_words() -> None:
     """For the inputs ATen gives oneDNN, its own check of input and weight types speaks first (the
     words CUDA's cuDNN convolution says for a CPU input and a CUDA weight)."""
     if not torch.backends.mkldnn.is_available():
@@ -251,9 +241,7 @@ def test_a_cpu_input_that_atens_onednn_convolution_takes_is_refused_in_atens_wor
         RuntimeError,
         match=r"^Input type \(torch.FloatTensor\) and weight type \(emberFloatType\)",
     ):
-        torch.nn.functional.conv2d(
-            torch.randn(8, 2, 16, 16), torch.randn(2, 2, 3, 3, device="ember")
-        )
+        torch.nn.functional.conv2d(torch.randn(8, 2, 16, 16), torch.randn(2, 2, 3, 3, device="ember"))
 
 
 def test_a_cpu_scalar_first_and_cpu_indices_still_work() -> None:
@@ -267,9 +255,7 @@ def test_a_cpu_scalar_first_and_cpu_indices_still_work() -> None:
 def test_mixing_ember_and_cpu_is_rejected() -> None:
     a = torch.ones(2, 2, device="ember")
     b = torch.ones(2, 2)
-    with pytest.raises(
-        RuntimeError, match=r"found at least two devices, ember:0 and cpu"
-    ):
+    with pytest.raises(RuntimeError, match=r"found at least two devices, ember:0 and cpu"):
         torch.add(a, b)
 
 
@@ -296,9 +282,7 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
     "cumsum": (lambda e: torch.cumsum(e, 0, out=torch.empty(0)), r"aten::cumsum\.out"),
     "cat": (lambda e: torch.cat([e, e], out=torch.empty(0)), r"aten::cat\.out"),
     "index_select": (
-        lambda e: torch.index_select(
-            e, 0, torch.tensor([0], device="ember"), out=torch.empty(0)
-        ),
+        lambda e: torch.index_select(e, 0, torch.tensor([0], device="ember"), out=torch.empty(0)),
         r"aten::index_select\.out",
     ),
     "clamp": (lambda e: torch.clamp(e, 0, 1, out=torch.empty(0)), r"aten::clamp\.out"),
@@ -333,18 +317,14 @@ def test_a_structured_out_kernel_says_what_pytorchs_generated_kernels_say() -> N
 
 # Kernels on host views of the device's memory say the generic sentence, with ember's detail.
 OWN_KERNEL_OUT_ON_CPU: dict[str, Callable[[torch.Tensor], object]] = {
-    "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(
-        e.T, torch.zeros(2), torch.ones(2)
-    ),
+    "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(e.T, torch.zeros(2), torch.ones(2)),
 }
 
 
 @pytest.mark.parametrize("name", OWN_KERNEL_OUT_ON_CPU)
 def test_ember_kernels_refuse_a_cpu_tensor_in_pytorchs_words(name: str) -> None:
     e = torch.tensor([[3.0, 0.0, 2.0], [1.0, 5.0, 0.0]], device="ember")
-    with pytest.raises(
-        RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: "
-    ):
+    with pytest.raises(RuntimeError, match=rf"^{SAME_DEVICE}, ember:0 and cpu! \(ember: "):
         OWN_KERNEL_OUT_ON_CPU[name](e)
 
 
@@ -366,9 +346,7 @@ def test_an_out_tensor_on_ember_still_works_through_the_fallback() -> None:
 
 UINT8_MASK_CALLS: dict[str, Callable[[str], object]] = {
     "v[mask]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5)],
-    "v[mask1, :, mask2]": lambda d: torch.randn(5, 7, 3, device=d)[
-        _mask(d, 5), :, _mask(d, 3)
-    ],
+    "v[mask1, :, mask2]": lambda d: torch.randn(5, 7, 3, device=d)[_mask(d, 5), :, _mask(d, 3)],
     "index_put_ accumulate": lambda d: (y := torch.ones(5, 4, device=d)).index_put_(
         (_mask(d, 5),), y[_mask(d, 5)], accumulate=True
     ),
@@ -376,9 +354,7 @@ UINT8_MASK_CALLS: dict[str, Callable[[str], object]] = {
 
 
 def _mask(device: str, n: int) -> torch.Tensor:
-    return torch.tensor(
-        [1, 0, 1, 1, 0][:n] if n == 5 else [1] * n, dtype=torch.uint8, device=device
-    )
+    return torch.tensor([1, 0, 1, 1, 0][:n] if n == 5 else [1] * n, dtype=torch.uint8, device=device)
 
 
 def _warnings(call: Callable[[], object]) -> list[str]:
@@ -392,18 +368,14 @@ def _warnings(call: Callable[[], object]) -> list[str]:
 def test_a_uint8_mask_warns_as_often_as_on_the_cpu(name: str) -> None:
     cpu = _warnings(lambda: UINT8_MASK_CALLS[name]("cpu"))
     ember = _warnings(lambda: UINT8_MASK_CALLS[name]("ember"))
-    assert cpu and all(
-        "indexing with dtype torch.uint8 is now deprecated" in m for m in cpu
-    )
+    assert cpu and all("indexing with dtype torch.uint8 is now deprecated" in m for m in cpu)
     assert ember == cpu
 
 
 def test_mode_out_on_another_device_says_what_atens_mode_says() -> None:
     """mode's own check (ATen's mode_out, CUDA's wording), not the generic sentence."""
     e = torch.ones(3, device="ember")
-    with pytest.raises(
-        RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for values output"
-    ):
+    with pytest.raises(RuntimeError, match=r"expected device 'ember:0' but got 'cpu' for values output"):
         torch.mode(e, 0, out=(torch.empty(0), _long(0)))
     with pytest.raises(
         RuntimeError,
