@@ -20,6 +20,7 @@ from book.cells import resolve
 from book.chapter import Chapter
 
 CHAPTER = "fallback"
+NOTEBOOK = Chapter.of(CHAPTER).notebook  # locations name the notebook file
 EMBER = "privateuseone"
 
 
@@ -80,7 +81,7 @@ def test_factories_without_tensor_arguments_fall_back() -> None:
 
 def test_allclose_has_its_own_kernel() -> None:
     table = torch._C._dispatch_dump_table("aten::allclose")
-    assert f"PrivateUse1: registered at {CHAPTER}.ipynb[fallback_allclose]" in table
+    assert f"PrivateUse1: registered at {NOTEBOOK}.ipynb[fallback_allclose]" in table
     a, b = inputs((4,), (4,))
     assert torch.allclose(a.to(EMBER), a.to(EMBER))
     assert not torch.allclose(a.to(EMBER), b.to(EMBER))
@@ -102,7 +103,7 @@ def test_the_cpus_out_kernel_warns_for_a_0_dim_loss() -> None:
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_functional_losses_warn_nothing_and_equal_the_cpus(loss: str, reduction: str) -> None:
     table = torch._C._dispatch_dump_table(f"aten::{loss}")
-    assert f"PrivateUse1: registered at {CHAPTER}.ipynb[fallback_allclose]" in table
+    assert f"PrivateUse1: registered at {NOTEBOOK}.ipynb[fallback_allclose]" in table
     a, b = inputs((8, 3), (8, 3))
     function = getattr(torch.nn.functional, loss)
     with warnings.catch_warnings():

@@ -27,6 +27,7 @@ from book.chapter import Chapter
 from book.compile_errors import CppBuildError
 
 CHAPTER = "minimal_ops"
+NOTEBOOK = Chapter.of(CHAPTER).notebook  # locations name the notebook file
 EMBER = "privateuseone"
 
 
@@ -47,7 +48,7 @@ SIGNATURE = BadEdit(
     "at::Tensor dst",
     "TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {",
     (
-        f"{CHAPTER}.ipynb[copy_from_and_resize]:{{line}}: the PrivateUse1 kernel for aten::_copy_from_and_resize "
+        f"{NOTEBOOK}.ipynb[copy_from_and_resize]:{{line}}: the PrivateUse1 kernel for aten::_copy_from_and_resize "
         "must have the C++ signature `at::Tensor (const at::Tensor&, const at::Tensor&)` the dispatcher "
         "expects (PyTorch's own Tracer kernel fixes it); yours is `at::Tensor (const at::Tensor&, at::Tensor)`.",
         "Argument 2 (dst) must be `const at::Tensor&`, not `at::Tensor`.",
@@ -63,8 +64,8 @@ DUPLICATE = BadEdit(
     "}\n",
     "TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {",
     (
-        f"{CHAPTER}.ipynb[local_scalar_dense]:{{line}}: a second backend fallback for PrivateUse1 (the first "
-        f"is registered at {CHAPTER}.ipynb[local_scalar_dense]:{{line}}). A dispatch key has one fallback per "
+        f"{NOTEBOOK}.ipynb[local_scalar_dense]:{{line}}: a second backend fallback for PrivateUse1 (the first "
+        f"is registered at {NOTEBOOK}.ipynb[local_scalar_dense]:{{line}}). A dispatch key has one fallback per "
         "process: remove one m.fallback(...).",
     ),
 )
