@@ -70,7 +70,9 @@ RULES: tuple[tuple[str, str], ...] = (
     ("error wording", r"does not match \"|Regex didn't match|not raised"),
     ("wrong value", r"not close|not equal|Mismatched elements"),
 )
-# Verified by hand: test name (device part removed) -> reason.
+# Verified by hand: test name (device part removed) -> reason. The sums: PyTorch's TestCase seeds every
+# test (1234); with seeds 1 to 8 instead, test_sum_vs_numpy and test_nansum_vs_numpy (float32) fail on
+# the CPU at seed 7 and on ember at none, and on the input ember draws at 1234 the CPU's sum fails too.
 KNOWN: dict[str, str] = {
     r"^test_(nan)?sum_vs_numpy_float32$": (
         "numpy's float32 sum is the reference and the tolerance (rtol 3e-6) is narrower than its error on "
