@@ -12,6 +12,9 @@ why). Its modules, by job:
 - strides.py: the stride sweep, every ATen call of op_db's samples (as sampled, non-contiguous,
   channels-last) and of transformer and vision model cases on ember against FakeTensor's prediction of
   its sizes and strides; strides_report.py: its summary, its reasons and expected-differences file.
+- pytorch_suites.py: PyTorch's own shape, sort/select, scatter/gather, view, indexing and reduction
+  test files (not in the wheel, not in this repository: its docstring says where to get them), run on
+  ember and on the CPU, with the failures only ember has and why.
 
 The committed results live here too: opinfo_summary.json (the counts the capstone chapter shows) and
 opinfo_expected_failures.toml (every expected failure with its reason), both written by
