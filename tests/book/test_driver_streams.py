@@ -1,6 +1,6 @@
 """The driver's streams and sync events through torch_ember/driver.py's ctypes face (no PyTorch).
 
-The C++ self-test (tests/extension/driver) covers the semantics in depth; these tests check what
+The C++ self-test (tests/package/driver) covers the semantics in depth; these tests check what
 chapter 11 and the device module rely on from Python: argument types, bool queries, and errors
 that name the stream, event or device.
 """

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BOOK = Path(__file__).resolve().parent.parent / "book"
+BOOK = Path(__file__).resolve().parents[2] / "book"
 # The bottom layer: parts and regions, read from files. Nothing above it may be imported by it.
 BOTTOM = ("book.paths", "book.regions", "book.pycells")
 

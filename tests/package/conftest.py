@@ -1,7 +1,7 @@
 """Tests of the installed `torch_ember` package (built from extension/).
 
-They run in their own pytest process: `pytest tests/extension`. The book's tests
-(`pytest tests --ignore=tests/extension`) load the chapters' builds, and one
+They run in their own pytest process: `pytest tests/package`. The book's tests
+(`pytest tests/book tests/chapters`) load the chapters' builds, and one
 process can hold only one PrivateUse1 backend. Nothing here is skipped: a missing
 install or a mixed run is an error, not a silent pass.
 """
@@ -20,18 +20,16 @@ INSTALL_HINT = "run `pip install --no-build-isolation ./extension` first (from t
 try:
     import torch_ember  # noqa: F401 (importing registers the ember backend)
 except ImportError as error:
-    raise pytest.UsageError(
-        f"tests/extension need the torch_ember package: {error}; {INSTALL_HINT}"
-    ) from None
+    raise pytest.UsageError(f"tests/package needs the torch_ember package: {error}; {INSTALL_HINT}") from None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     outside = [item for item in items if not item.path.is_relative_to(HERE)]
     if outside:
         raise pytest.UsageError(
-            "tests/extension must run in their own process (one process holds one PrivateUse1 backend, "
-            "and the book's tests load theirs): run `pytest tests/extension` and "
-            "`pytest tests --ignore=tests/extension` separately"
+            "tests/package must run in its own process (one process holds one PrivateUse1 backend, "
+            "and the book's tests load theirs): run `pytest tests/package` and "
+            "`pytest tests/book tests/chapters` separately"
         )
 
 

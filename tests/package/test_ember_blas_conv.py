@@ -259,7 +259,7 @@ def error(op: str, device: str, reason: str) -> str:
         ),
     ],
     # (int32 and complex products, transposed, 3-D and integer convolutions work since chapter 14's
-    # host kernel: tests/extension/test_ember_nn.py)
+    # host kernel: tests/package/test_ember_nn.py)
     ids=[
         "mm_two_devices",
         "mm_cpu_out",

@@ -14,7 +14,8 @@ the book does: its MyST exercises and solutions rendered by jupyterlab-myst (not
 as Python. Chromium and its driver are Debian's (`chromium`, `chromium-driver`).
 
 Run it alone (`make test` does, after the chapters' nbval run, when their builds are cached):
-    TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pytest -p no:cacheprovider tests/test_lab_live.py
+    TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pytest -p no:cacheprovider \
+        tests/chapters/test_lab_live.py
 EMBER_LAB_TEST_CHAPTERS=DIR takes the notebooks from DIR instead of chapters/ (e.g. executed copies).
 EMBER_LAB_SCREENSHOTS=DIR saves a screenshot of each cell the markup test looks at, to look at.
 """
@@ -37,7 +38,7 @@ from pathlib import Path
 import pytest
 from chromium import start_chromium
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUPYTER = Path(sys.executable).with_name("jupyter")
 SOURCE = Path(os.environ.get("EMBER_LAB_TEST_CHAPTERS") or ROOT / "chapters")
 CHAPTERS = ["02_minimal_ops.ipynb", "13_renaming.ipynb"]

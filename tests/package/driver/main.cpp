@@ -3,7 +3,7 @@
 // one source file per area). Built with the driver's sources and run by
 // test_driver_selftest.py; by hand, from the repository root:
 //   c++ -std=c++17 -O1 -pthread -Iextension/csrc/driver
-//       extension/csrc/driver/*.cpp tests/extension/driver/*.cpp -o /tmp/t
+//       extension/csrc/driver/*.cpp tests/package/driver/*.cpp -o /tmp/t
 //   /tmp/t [expected per-device capacity in bytes]
 // Exits non-zero, after printing "FAIL file line N: ..." for each failed
 // check, if any check fails.

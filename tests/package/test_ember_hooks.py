@@ -67,7 +67,7 @@ def test_backward_on_ember_matches_cpu() -> None:
 
 
 # The slots' empty answers ("no random number generator is registered (chapter 10 adds one)") are
-# tested against the book's stable library (tests/test_stable.py): the package plugs every slot.
+# tested against the book's stable library (tests/book/test_stable.py): the package plugs every slot.
 @pytest.mark.parametrize("device", ["ember", "ember:1"])
 def test_the_package_plugs_a_generator_per_device(device: str) -> None:
     generator = torch.Generator(device=device)

@@ -24,7 +24,7 @@ from docutils.nodes import make_id
 
 from book.cells import split_magic
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from IPython.core.interactiveshell import InteractiveShell
 from pygments.lexers import get_lexer_by_name
 from pygments.token import Error
-from test_outputs import output_problems
+from saved_outputs import output_problems
 from traitlets.config import Config
 
 from book import errors
