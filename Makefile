@@ -55,7 +55,7 @@ book: setup
 # run in two processes (pytest-xdist, a test file's tests in one): their cold chapter builds
 # share the caches safely (files are written under private names and renamed into place), and a unit
 # or library that one process is compiling is not compiled again by the other, which waits for its
-# file (book.toolchain.claim). Test files must not depend on which files ran before them in their
+# file (book.builds.toolchain.claim). Test files must not depend on which files ran before them in their
 # process (xdist deals them to the two workers as they free up).
 # The slowest tests are listed (--durations): on a cold clone they show where CI's time goes.
 test: setup lint sync-check

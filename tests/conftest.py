@@ -8,7 +8,7 @@
 pytest puts tests/ on the path when it imports this conftest (run from the repository's root,
 every run does), so helpers used by more than one folder live here: checkpoints.py (chapter 12's
 tests and the package's serialization tests) and saved_outputs.py (the rule the chapters' saved
-outputs keep, which book.errors keeps too).
+outputs keep, which book.display.errors keeps too).
 The fixtures below are for the book's process (tests/book and tests/chapters), not the package's.
 """
 
@@ -22,8 +22,8 @@ import pytest
 
 # `import book` before torch: it turns off PyTorch's backend autoload, which would load the installed
 # torch_ember into the book's test process (book/autoload.py).
-from book.cells import CppPart
-from book.chapter import Chapter
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 
 @pytest.fixture(scope="session")

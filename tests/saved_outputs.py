@@ -3,18 +3,18 @@
 The committed outputs are the book. They must not show
 
 * a path of the machine that ran them (``/work/…``, ``/home/…``, a virtualenv's site-packages):
-  ``book.errors`` rewrites the ones in tracebacks (``<torch>/_tensor.py``);
-* a build duration ("compiled in 4.6 s"), which changes on every run: ``book.progress`` shows
+  ``book.display.errors`` rewrites the ones in tracebacks (``<torch>/_tensor.py``);
+* a build duration ("compiled in 4.6 s"), which changes on every run: ``book.builds.progress`` shows
   durations only on the live line, never in batch mode;
 * a fact of the machine that ran them: its CPU's vector capability (``AVX2``, ``AVX512``…, what
   ``torch.backends.cpu.get_cpu_capability()`` names), its core or thread count, its cache sizes, its
   compiler's version. A reader's machine differs, and strict nbval would fail there;
 * a wall of text: a stream or error output of more than 60 lines, unless the cell is tagged
-  ``hide-output`` (the book collapses it). ``book.errors`` compacts long errors and keeps the full
+  ``hide-output`` (the book collapses it). ``book.display.errors`` compacts long errors and keeps the full
   message in a collapsed HTML display, which is not counted;
 * a wall of code: more than 150 visible lines of code between two markdown cells (code cells'
   sources, and the code and diffs their outputs display), or a diff of more than 60 lines shown
-  open (``book.cells.Revision`` collapses a longer one under a summary line);
+  open (``book.parts.cells.Revision`` collapses a longer one under a summary line);
 * a visible line wider than the page's column (88 characters), in a code cell's source or a stream
   output: it would scroll sideways, its end hidden. Cells whose input or output the book hides or
   removes (tags ``hide-input``, ``remove-input``, ``hide-output``, ``remove-output``, ``remove-cell``)
@@ -23,7 +23,7 @@ The committed outputs are the book. They must not show
 The same rule as ``../shared/check_outputs.py``. nbval (``make test``) then checks that a fresh
 run shows the same outputs; ``tests/chapters/sanitize.cfg`` only evens out what truly differs between
 runs. tests/chapters/test_outputs.py applies the rule to every chapter (and tests it),
-tests/book/test_errors.py to what ``book.errors`` shows.
+tests/book/test_errors.py to what ``book.display.errors`` shows.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ import uuid
 import pytest
 import torch
 
-from book import builder
-from book import driver as ember_driver
-from book.cells import CppPart
-from book.compile_errors import BackendInUseError, CppBuildError
+from book.builds import builder
+from book.builds import driver as ember_driver
+from book.builds.compile_errors import BackendInUseError, CppBuildError
+from book.parts.cells import CppPart
 
 FALLBACK = CppPart(
     "allocator",
@@ -91,8 +91,8 @@ def test_unchanged_sources_load_from_the_cache_in_a_new_process(chapter01_parts)
     mtime = object_file.stat().st_mtime_ns
     child = textwrap.dedent(
         f"""
-        from book import builder
-        from book.cells import CppPart
+        from book.builds import builder
+        from book.parts.cells import CppPart
         parts = [CppPart(*p) for p in {[(p.chapter, p.name, p.source) for p in parts]!r}]
         print(builder.build(parts=parts, chapter="allocator").compiled)
         """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from book.distributed import Rank, Ranks, run_ranks, torchrun
+from book.run.distributed import Rank, Ranks, run_ranks, torchrun
 
 WORKER = """
 import os

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from book.driver import driver
+from book.builds.driver import driver
 
 H2D, D2H = 0, 1
 

@@ -1,12 +1,12 @@
-"""Chapter 17's pictures of eccl (book/widgets/eccl.py): the figures follow the C++'s constants and
+"""Chapter 17's pictures of eccl (book/display/widgets/eccl.py): the figures follow the C++'s constants and
 loops, and the ring's steps, replayed, all-reduce."""
 
 from __future__ import annotations
 
 import re
 
+from book.display.widgets import eccl
 from book.paths import CSRC
-from book.widgets import eccl
 
 
 def test_the_constants_are_the_headers() -> None:

@@ -1,4 +1,4 @@
-"""book.errors: long errors are shown compacted, with the full message one click away and no machine paths.
+"""book.display.errors: long errors are shown compacted, with the full message one click away and no machine paths.
 
 The messages are real: PyTorch's dispatcher raises them in the test (CPU-only torch has no kernel for
 ``gelu`` on a sparse tensor, nor for ``exp`` on a quantized one).
@@ -25,7 +25,7 @@ from pygments.token import Error
 from saved_outputs import output_problems
 from traitlets.config import Config
 
-from book import errors
+from book.display import errors
 from book.paths import REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -575,7 +575,7 @@ def test_a_notebook_keeps_a_compact_error_and_passes_the_output_rules(tmp_path: 
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
-        nbformat.v4.new_code_cell("import torch\nimport book.errors\n\nbook.errors.install()"),
+        nbformat.v4.new_code_cell("import torch\nimport book.display.errors\n\nbook.errors.install()"),
         nbformat.v4.new_code_cell("x = torch.eye(3).to_sparse()\ntorch.nn.functional.gelu(x)"),
     ]
     notebook.cells[1].metadata["tags"] = ["raises-exception"]
@@ -589,7 +589,7 @@ def test_a_notebook_keeps_a_compact_error_and_passes_the_output_rules(tmp_path: 
 
 
 def test_a_warning_shows_without_the_machine_path_and_fits_the_page() -> None:
-    from book.errors import format_warning
+    from book.display.errors import format_warning
 
     shown = format_warning(
         UserWarning("An output with one or more elements was resized since it had shape [], " * 3),

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from book import builder, run_isolated
-from book.chapter import Chapter
+from book import run_isolated
+from book.builds import builder
+from book.run.chapter import Chapter
 
 
 @pytest.fixture(scope="module", autouse=True)

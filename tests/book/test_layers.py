@@ -1,5 +1,6 @@
-"""book/ in layers: the bottom layer reads parts and regions without torch or the drift checker,
-and no module of book/ (the widgets included) is part of an import cycle."""
+"""book/ in layers, a folder each: every module imports only its own layer, the layers below it and the
+ground; the bottom layer reads parts and regions without torch or the drift checker; and no module of
+book/ (the widgets included) is part of an import cycle."""
 
 from __future__ import annotations
 
@@ -10,8 +11,17 @@ import sys
 from pathlib import Path
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
-# The bottom layer: parts and regions, read from files. Nothing above it may be imported by it.
-BOTTOM = ("book.paths", "book.regions", "book.pycells")
+# The layers, bottom first (README, "How the book is put together"): a module of book/LAYER/ may import
+# modules of its own layer, of the layers before it, and of the ground.
+LAYERS = ("parts", "builds", "run", "display")
+# The ground, under every layer: where files are, the first import, plain text, a chapter's model.
+# It imports nothing of book/ but the ground.
+GROUND = ("book.paths", "book.autoload", "book.text", "book.models")
+# The faces, above every layer: what the notebooks import (book/__init__.py) and the commands
+# (`python -m book.sync`, `book.execute`, `book.bench`). They may import anything; nothing imports them.
+FACES = ("book", "book.sync", "book.execute", "book.bench")
+# The bottom layer's reading of parts and regions. Nothing above it may be imported by it.
+BOTTOM = ("book.paths", "book.parts.regions", "book.parts.pycells")
 
 
 def _module_name(path: Path) -> str:
@@ -34,19 +44,20 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            # `from book.widgets import table` imports the module book.widgets.table (its package is
-            # being imported anyway: every module needs its parent package, which is not an edge);
-            # `from book.widgets import trace` imports a name of book.widgets.
+            # `from book.display.widgets import table` imports the module book.display.widgets.table (its
+            # package is being imported anyway: every module needs its parent package, which is not an
+            # edge); `from book.display.widgets import trace` imports a name of book.display.widgets.
             names = [
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
             ]
         else:
             continue
         for name in names:
-            # `from book import cells` imports book.cells; `from book.cells import X` imports book.cells.
+            # `from book.parts import cells` imports book.parts.cells; `from book.parts.cells import X`
+            # imports book.parts.cells.
             while name and name not in modules:
                 name = name.rpartition(".")[0]
-            if name and name != "book":
+            if name:  # `import book` and `from book import trace` too: the notebooks' face
                 found.add(name)
     return found
 
@@ -85,9 +96,10 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_the_imports_it_must_see() -> None:
     graph = import_graph()
-    assert "book.regions" in graph["book.units"]
-    assert "book.builder" in graph["book.cells"]  # a function-level import counts
-    assert "book.widgets.interactive" in graph["book.widgets.table_view"]
+    assert "book.autoload" in graph["book"] and "book" not in graph["book"]
+    assert "book.parts.regions" in graph["book.builds.units"]
+    assert "book.builds.builder" in graph["book"]  # a function-level import counts (book.build())
+    assert "book.display.widgets.interactive" in graph["book.display.widgets.table_view"]
 
 
 def test_book_has_no_import_cycle() -> None:
@@ -96,12 +108,68 @@ def test_book_has_no_import_cycle() -> None:
 
 def test_the_widgets_have_no_import_cycle() -> None:
     graph = {
-        module: {target for target in targets if target.startswith("book.widgets")}
+        module: {target for target in targets if target.startswith("book.display.widgets")}
         for module, targets in import_graph().items()
-        if module.startswith("book.widgets")
+        if module.startswith("book.display.widgets")
     }
     assert _cycle(graph) is None
-    assert "book.widgets.table_view" not in graph["book.widgets.interactive"]
+    assert "book.display.widgets.table_view" not in graph["book.display.widgets.interactive"]
+
+
+def layer_of(module: str) -> str:
+    """The layer of a module of book/: one of LAYERS, "ground" or "face"."""
+    if module in GROUND:
+        return "ground"
+    if module in FACES:
+        return "face"
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in LAYERS:
+        return parts[1]
+    raise LookupError(f"{module} is in no layer: put it in a layer's folder, or list it in GROUND or FACES")
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up: into a face, or into a layer above the importer's (the ground is below
+    every layer)."""
+    rank = {"ground": -1, **{layer: i for i, layer in enumerate(LAYERS)}}
+    found = []
+    for module, targets in sorted(graph.items()):
+        layer = layer_of(module)
+        if layer == "face":
+            continue
+        for target in sorted(targets):
+            into = layer_of(target)
+            if into == "face" or rank[into] > rank[layer]:
+                found.append(f"{module} ({layer}) imports {target} ({into})")
+    return found
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in import_graph():
+        layer_of(module)  # raises for a module in none
+    for layer in LAYERS:
+        assert (BOOK / layer / "__init__.py").is_file(), layer
+
+
+def test_each_layer_imports_only_those_below_it() -> None:
+    found = violations(import_graph())
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_a_layer_violation_is_found() -> None:
+    graph = {
+        "book.parts.regions": {"book.paths", "book.builds.builder"},  # parts reaching up into builds
+        "book.builds.builder": {"book.parts.regions"},
+        "book.run.sync": {"book.display.errors", "book.sync"},  # up into display, and into a face
+        "book.display.errors": {"book.paths", "book.run.chapter"},
+        "book.paths": {"book.parts.cells"},  # the ground reaching into a layer
+    }
+    assert violations(graph) == [
+        "book.parts.regions (parts) imports book.builds.builder (builds)",
+        "book.paths (ground) imports book.parts.cells (parts)",
+        "book.run.sync (run) imports book.display.errors (display)",
+        "book.run.sync (run) imports book.sync (face)",
+    ]
 
 
 def test_a_cycle_is_found() -> None:
@@ -117,24 +185,25 @@ def test_the_bottom_layer_imports_only_itself() -> None:
 def test_the_build_path_reads_regions_without_the_drift_checker() -> None:
     graph = import_graph()
     for module in (
-        "book.builder",
-        "book.units",
-        "book.cells",
-        "book.chapter",
-        "book.stable",
-        "book.toolchain",
+        "book.builds.builder",
+        "book.builds.units",
+        "book.parts.cells",
+        "book.run.chapter",
+        "book.builds.stable",
+        "book.builds.toolchain",
     ):
-        assert "book.sync" not in graph[module], module
+        assert "book.run.sync" not in graph[module], module
 
 
 def test_the_bottom_layer_loads_without_torch_or_the_drift_checker() -> None:
     code = (
         "import json, sys\n"
-        "from book import regions\n"
+        "from book.parts import regions\n"
         "found = regions.extension_regions()\n"
         "history = regions.all_regions()\n"
         "parts = regions.chapter_parts()\n"
-        "loaded = [m for m in ('torch', 'book.sync', 'book.builder', 'book.cells') if m in sys.modules]\n"
+        "loaded = [m for m in ('torch', 'book.run.sync', 'book.builds.builder', 'book.parts.cells')\n"
+        "          if m in sys.modules]\n"
         "print(json.dumps({'loaded': loaded, 'regions': len(found), 'parts': len(parts)}))\n"
     )
     result = subprocess.run(

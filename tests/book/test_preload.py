@@ -1,4 +1,4 @@
-"""A build whose library would abort the process while loading never enters it (book.preload).
+"""A build whose library would abort the process while loading never enters it (book.builds.preload).
 
 Two edits of chapter 02 that compile and then kill whatever loads them: a kernel
 whose C++ signature differs from the one PyTorch's own kernels fix, and a
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from book import builder, load_errors, preload, toolchain
-from book.cells import CppPart
-from book.chapter import Chapter
-from book.compile_errors import CppBuildError
+from book.builds import builder, load_errors, preload, toolchain
+from book.builds.compile_errors import CppBuildError
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 CHAPTER = "minimal_ops"
 EMBER = "privateuseone"
@@ -101,7 +101,7 @@ def good_parts() -> list[CppPart]:
 
 @pytest.fixture
 def checked_libraries(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The libraries book.preload was asked about, in order."""
+    """The libraries book.builds.preload was asked about, in order."""
     seen: list[Path] = []
     original = preload.check
 
@@ -209,10 +209,10 @@ FRESH_PROCESS = textwrap.dedent(
     """
     import json, sys
     import torch
-    from book import builder
-    from book.cells import CppPart
-    from book.chapter import Chapter
-    from book.compile_errors import CppBuildError
+    from book.builds import builder
+    from book.parts.cells import CppPart
+    from book.run.chapter import Chapter
+    from book.builds.compile_errors import CppBuildError
 
     Chapter.of("minimal_ops").replay_through({})  # what the chapter's first cell, book.start_chapter(2), replays
     bad, good = ([CppPart(*p) for p in json.loads(a)] for a in sys.argv[1:3])

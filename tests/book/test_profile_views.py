@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from book.widgets import memory_views, timeline
+from book.display.widgets import memory_views, timeline
 
 MIB = 2**20
 

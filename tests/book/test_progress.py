@@ -1,4 +1,4 @@
-"""book.progress: the summary line a build leaves holds for every run; only the live line shows timings."""
+"""book.builds.progress: the summary line a build leaves holds for every run; only the live line shows timings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from IPython.display import Pretty
 
-from book import progress
+from book.builds import progress
 
 
 class Handle:

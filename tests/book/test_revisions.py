@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from book.cells import CppPart, Revision, Session, resolve
-from book.chapter import Chapter
+from book.parts.cells import CppPart, Revision, Session, resolve
+from book.run.chapter import Chapter
 
 
 def test_resolve_keeps_the_first_position_and_the_latest_version():

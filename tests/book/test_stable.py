@@ -1,4 +1,4 @@
-"""book.stable: the library that registers ember's PrivateUse1 hooks once per process.
+"""book.builds.stable: the library that registers ember's PrivateUse1 hooks once per process.
 
 Hooks, slots and registrations are process-global and cannot be undone, so
 every scenario runs in a fresh child process and reports what it saw as JSON.
@@ -13,7 +13,7 @@ import sys
 import textwrap
 from typing import Any
 
-from book import stable
+from book.builds import stable
 from book.paths import REPO
 
 NO_GENERATOR = (
@@ -85,8 +85,8 @@ def run_child(code: str) -> dict[str, Any]:
 def test_the_stable_library_registers_the_hooks_once():
     seen = run_child(
         """
-        from book import stable
-        from book.chapter import Chapter
+        from book.builds import stable
+        from book.run.chapter import Chapter
 
         before = generator_error("privateuseone")
         first, second = stable.library(), stable.library()
@@ -112,7 +112,7 @@ def test_the_stable_library_is_built_once_per_machine():
     built = path.stat().st_mtime_ns
     seen = run_child(
         """
-        from book import stable
+        from book.builds import stable
         print(json.dumps(dict(path=str(stable.library()))))
         """
     )
@@ -123,7 +123,7 @@ def test_the_stable_library_is_built_once_per_machine():
 def test_backward_works_after_chapter_03():
     seen = run_child(
         """
-        from book.chapter import Chapter
+        from book.run.chapter import Chapter
 
         # The autograd engine asks the accelerator for its current stream, and
         # PrivateUse1 counts as the accelerator only once it has been named.
@@ -146,9 +146,9 @@ def test_backward_works_after_chapter_03():
 def test_retiring_a_build_unplugs_its_slots_and_a_rebuild_plugs_them_again():
     seen = run_child(
         f"""
-        from book import builder
-        from book.cells import CppPart
-        from book.chapter import Chapter
+        from book.builds import builder
+        from book.parts.cells import CppPart
+        from book.run.chapter import Chapter
 
         chapter = Chapter.of("fallback")
         base = chapter.parts_through()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from book import pycells, regions, sync
-from book.cells import chapter_paths, parts_before, split_magic
+from book.parts import pycells, regions
+from book.parts.cells import chapter_paths, parts_before, split_magic
+from book.run import sync
 
 
 def test_chapters_match_the_extension():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from book import toolchain
+from book.builds import toolchain
 
 
 def test_compile_once_builds_then_reuses(tmp_path: Path) -> None:

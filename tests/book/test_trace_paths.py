@@ -35,9 +35,9 @@ import pytest
 import torch
 
 import book
-from book import builder
-from book.chapter import Chapter
-from book.widgets import dispatch_trace as tr
+from book.builds import builder
+from book.display.widgets import dispatch_trace as tr
+from book.run.chapter import Chapter
 
 EMBER = "privateuseone"
 DK = torch._C.DispatchKey
@@ -51,7 +51,7 @@ def ember() -> Iterator[builder.Build]:
     gc.collect()
 
 
-# ---- the dispatcher's own answers, independent of book.widgets ---------------------------
+# ---- the dispatcher's own answers, independent of book.display.widgets ---------------------------
 
 
 def key_names(keys: torch._C.DispatchKeySet) -> list[str]:

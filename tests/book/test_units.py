@@ -1,4 +1,4 @@
-"""book.units: a build split into translation units as the package splits its files, objects reused."""
+"""book.builds.units: a build split into translation units as the package splits its files, objects reused."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import uuid
 import pytest
 import torch
 
-from book import builder, toolchain, units
-from book import driver as ember_driver
-from book.cells import CppPart
-from book.chapter import Chapter
-from book.compile_errors import CppBuildError
+from book.builds import builder, toolchain, units
+from book.builds import driver as ember_driver
+from book.builds.compile_errors import CppBuildError
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 HEADER = CppPart("allocator", "test_header", "#define EMBER_TEST_ANSWER 42\n")
 

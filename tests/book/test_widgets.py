@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import book
-from book import builder
-from book.chapter import Chapter
-from book.widgets import dispatch_trace as tr
-from book.widgets import table as t
-from book.widgets import trace_view
-from book.widgets.html import inline
-from book.widgets.table_view import DispatchTable
+from book.builds import builder
+from book.display.widgets import dispatch_trace as tr
+from book.display.widgets import table as t
+from book.display.widgets import trace_view
+from book.display.widgets.html import inline
+from book.display.widgets.table_view import DispatchTable
+from book.run.chapter import Chapter
 
 EMBER = "privateuseone"
 
@@ -344,7 +344,7 @@ def test_inline_copies_rules_into_style_attributes() -> None:
 
 
 def test_live_controls_rerender_from_the_dispatcher(ember: builder.Build) -> None:
-    from book.widgets import interactive
+    from book.display.widgets import interactive
 
     table = DispatchTable(["aten::add.Tensor"], ["CPU"])
     box = interactive.controls(table)
@@ -375,7 +375,7 @@ def test_only_the_books_cpp_and_kernels_at_embers_keys_are_ember_kernels(key, lo
 
 
 def test_a_revised_registration_stays_with_the_chapter_that_introduced_it() -> None:
-    from book.widgets import by_chapter
+    from book.display.widgets import by_chapter
 
     # Chapter 14 revises chapter 04's binary kernels: add.out was registered by chapter 04's first version.
     assert by_chapter.introduced_by("capstone", "binary_ops", "aten::add.out") == "stub_kernels"
@@ -392,8 +392,8 @@ def test_a_revised_registration_stays_with_the_chapter_that_introduced_it() -> N
 
 
 def test_the_by_chapter_view_marks_revised_entries() -> None:
-    from book.widgets import by_chapter as b
-    from book.widgets import by_chapter_view as v
+    from book.display.widgets import by_chapter as b
+    from book.display.widgets import by_chapter_view as v
 
     location = "14_capstone.ipynb[binary_ops]:12"
     kernel = t.Entry(t.KERNEL, location=location, provenance="kernel")

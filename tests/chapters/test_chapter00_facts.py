@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from book import builder
-from book.widgets import entry
+from book.builds import builder
+from book.display.widgets import entry
 
 DK = torch._C.DispatchKey
 TORCH_DIR = Path(torch.__file__).parent

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import book
-from book import builder, sync
-from book import driver as ember_driver
-from book.chapter import Chapter
+from book.builds import builder
+from book.builds import driver as ember_driver
+from book.run import sync
+from book.run.chapter import Chapter
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def test_the_child_uses_the_loaded_build_and_compiles_nothing(
         f"print({str(chapter01.library)!r} in open('/proc/self/maps').read())\n"
         "storage = torch.UntypedStorage(24, device='privateuseone:1')\n"
         "print(storage.device, torch.privateuseone.memory_allocated(1))\n"
-        "print(sys.modules['book.builder'].loaded())\n"
+        "print(sys.modules['book.builds.builder'].loaded())\n"
     )
     assert result.ok, result.stderr
     assert result.stdout.splitlines() == ["True", "privateuseone:1 24", "None"]

@@ -19,11 +19,11 @@ import pytest
 import torch
 
 import book
-from book import builder
-from book import driver as ember_driver
-from book.cells import CppPart
-from book.chapter import Chapter
-from book.compile_errors import CppBuildError
+from book.builds import builder
+from book.builds import driver as ember_driver
+from book.builds.compile_errors import CppBuildError
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 CHAPTER02_PARTS = (
     "empty_memory_format",

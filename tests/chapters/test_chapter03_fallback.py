@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from book import builder
-from book.cells import resolve
-from book.chapter import Chapter
+from book.builds import builder
+from book.parts.cells import resolve
+from book.run.chapter import Chapter
 
 CHAPTER = "fallback"
 EMBER = "privateuseone"

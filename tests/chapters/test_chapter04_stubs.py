@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import book
-from book import builder
-from book.cells import CppPart
-from book.chapter import Chapter
+from book.builds import builder
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 CHAPTER = "stub_kernels"
 EMBER = "privateuseone"

@@ -18,9 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from book import builder, run_isolated
-from book.cells import CppPart, resolve
-from book.chapter import Chapter
+from book import run_isolated
+from book.builds import builder
+from book.parts.cells import CppPart, resolve
+from book.run.chapter import Chapter
 
 EMBER = "privateuseone"
 PART = "convolution"

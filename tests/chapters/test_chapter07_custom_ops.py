@@ -24,10 +24,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import book
-from book import builder
-from book.chapter import Chapter
+from book.builds import builder
+from book.display.widgets import table as t
 from book.paths import REPO
-from book.widgets import table as t
+from book.run.chapter import Chapter
 
 EMBER = "privateuseone"
 NOTEBOOK = REPO / "chapters" / "07_custom_ops.ipynb"
@@ -135,7 +135,7 @@ OPCHECK_CHILD = textwrap.dedent(
     """
     import importlib.util, json, sys, warnings
     import torch
-    from book.chapter import Chapter
+    from book.run.chapter import Chapter
 
     Chapter.of("custom_ops").build()
     spec = importlib.util.spec_from_file_location("ember_custom_ops_under_test", sys.argv[1])

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from book import chapter as chapter_module
-from book import sync, units
-from book.cells import Session, chapter_paths, main_parts, parse_arguments, parse_magic, split_magic
-from book.chapter import Chapter
+from book.builds import units
+from book.parts.cells import Session, chapter_paths, main_parts, parse_arguments, parse_magic, split_magic
 from book.paths import REPO
+from book.run import chapter as chapter_module
+from book.run import sync
+from book.run.chapter import Chapter
 
 RENAME = 'torch.utils.rename_privateuse1_backend("privateuseone")'
 STABLE_CELLS = {"hooks_context", "hooks_registration"}
@@ -214,7 +215,7 @@ def test_a_stable_cell_must_show_the_stable_library(tmp_path):
 CHILD = textwrap.dedent(
     """
     import torch
-    from book.chapter import Chapter
+    from book.run.chapter import Chapter
 
     chapter = Chapter.of("autograd")
     chapter.build()  # replays chapters 01-08's carry-forward cells: the device module, the backend name

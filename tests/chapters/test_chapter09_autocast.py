@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from book import sync
-from book.chapter import Chapter
 from book.paths import CSRC, REPO
+from book.run import sync
+from book.run.chapter import Chapter
 
 CHILD = textwrap.dedent(
     """
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
 
     import book  # before torch: it turns PyTorch's backend autoload off
     import torch
-    from book.chapter import Chapter
+    from book.run.chapter import Chapter
 
     E = "privateuseone"
     Chapter.of("autocast").build({})

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from book import builder
-from book.chapter import Chapter
+from book.builds import builder
+from book.run.chapter import Chapter
 
 E = "privateuseone"
 E1 = f"{E}:1"

@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from book import builder
-from book.chapter import Chapter
+from book.builds import builder
+from book.run.chapter import Chapter
 
 E = "privateuseone"
 MiB = 1 << 20
@@ -136,7 +136,7 @@ def test_a_child_forked_after_use_is_refused_with_the_spawn_advice(ember: Module
 
 
 def test_a_rebuild_returns_the_cache_first(ember: ModuleType):
-    # book.builder refuses to retire a build while driver allocations made through it are alive; cached
+    # book.builds.builder refuses to retire a build while driver allocations made through it are alive; cached
     # segments are such allocations, so it empties the cache before it counts.
     x = torch.empty(3 * MiB, dtype=torch.uint8, device=E)
     del x

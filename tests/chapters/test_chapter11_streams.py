@@ -17,9 +17,9 @@ from types import ModuleType
 import pytest
 import torch
 
-from book import builder
-from book.cells import Session
-from book.chapter import Chapter
+from book.builds import builder
+from book.parts.cells import Session
+from book.run.chapter import Chapter
 
 E = "privateuseone"
 SLEEP_US = 300_000  # a side stream's head start: far longer than any host step below, even on a busy machine

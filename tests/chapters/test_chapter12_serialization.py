@@ -22,8 +22,8 @@ import pytest
 import torch
 from checkpoints import loaded, pickle_strings, retagged, saved
 
-from book import builder
-from book.chapter import Chapter
+from book.builds import builder
+from book.run.chapter import Chapter
 
 E = "privateuseone"
 

@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
-from book.chapter import Chapter, chapters
 from book.paths import REPO
+from book.run.chapter import Chapter, chapters
 
 CHILD_TIMEOUT_SECONDS = 600
 
@@ -75,7 +75,7 @@ def chapter_13() -> dict:
         """
         import io, json, warnings
         import book, torch
-        from book.chapter import Chapter, chapters
+        from book.run.chapter import Chapter, chapters
 
         Chapter.of("renaming").build()
         facts = {"name": torch._C._get_privateuse1_backend_name()}
@@ -183,8 +183,8 @@ BUILD_WITHOUT_PYTHON_NAME = """
     import json, warnings
     import book
     import torch
-    from book import builder
-    from book.chapter import Chapter, chapters
+    from book.builds import builder
+    from book.run.chapter import Chapter, chapters
 
     {before}
     with warnings.catch_warnings(record=True) as caught:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from book.chapter import Chapter, chapters
+from book.display.widgets import by_chapter
 from book.paths import REPO
-from book.widgets import by_chapter
+from book.run.chapter import Chapter, chapters
 
 # The cells of the chapter whose definitions the claims use, by id.
 CELLS = ("c12imports", "c12data", "c12train")
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
 
     import book  # before torch: it turns PyTorch's backend autoload off
     import torch
-    from book.chapter import Chapter
+    from book.run.chapter import Chapter
 
     chapter = Chapter.of("capstone")
     chapter.build({})
@@ -83,7 +83,7 @@ CLAIMS = textwrap.dedent(
     facts["graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
     # The by-chapter table, read from the live dispatcher.
-    from book.widgets import by_chapter, by_chapter_view
+    from book.display.widgets import by_chapter, by_chapter_view
 
     ops = ["aten::empty.memory_format", "aten::native_batch_norm", "aten::add.out", "aten::_foobar", "aten::mm",
            "aten::allclose", "ember::custom_abs", "aten::convolution", "aten::max_pool2d_with_indices",

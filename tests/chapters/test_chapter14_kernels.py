@@ -29,7 +29,7 @@ CHILD = textwrap.dedent(
     import torch.nn.functional as F
     from torch import nn
     from torch.profiler import ProfilerActivity, profile
-    from book.chapter import Chapter
+    from book.run.chapter import Chapter
 
     Chapter.of("capstone").build({})
     E = torch.device("ember", 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from book.driver import load_package
+from book.builds.driver import load_package
 
 kernel_entry = load_package("compiler").kernel_entry
 

@@ -20,8 +20,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from book.chapter import chapters
 from book.paths import REPO
+from book.run.chapter import chapters
 
 SLUG = "inserted"
 AFTER = "chapters/05_matrix_products"  # the new chapter goes right after this _toc.yml entry
@@ -99,8 +99,9 @@ CHECK = textwrap.dedent(
     root = Path(sys.argv[1])
     import book
     assert Path(book.__file__).resolve().is_relative_to(root.resolve()), book.__file__
-    from book import sync, units
-    from book.chapter import Chapter, chapters
+    from book.run import sync
+    from book.builds import units
+    from book.run.chapter import Chapter, chapters
 
     order = [chapter.slug for chapter in chapters()]
     new = Chapter.of("inserted")

@@ -22,7 +22,7 @@ import pytest
 from chromium import start_chromium
 from docutils.nodes import make_id
 
-from book.cells import split_magic
+from book.parts.cells import split_magic
 
 ROOT = Path(__file__).resolve().parents[2]
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
