@@ -575,7 +575,9 @@ def test_a_notebook_keeps_a_compact_error_and_passes_the_output_rules(tmp_path: 
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
-        nbformat.v4.new_code_cell("import torch\nimport book.display.errors\n\nbook.errors.install()"),
+        nbformat.v4.new_code_cell(
+            "import torch\nimport book.display.errors\n\nbook.display.errors.install()"
+        ),
         nbformat.v4.new_code_cell("x = torch.eye(3).to_sparse()\ntorch.nn.functional.gelu(x)"),
     ]
     notebook.cells[1].metadata["tags"] = ["raises-exception"]
