@@ -55,24 +55,24 @@ book: setup
 # run in two processes (pytest-xdist, a test file's tests in one): their cold chapter builds
 # share the caches safely (files are written under private names and renamed into place), and a unit
 # or library that one process is compiling is not compiled again by the other, which waits for its
-# file (book.toolchain.claim). Test files must not depend on which files ran before them in their
+# file (book.builds.toolchain.claim). Test files must not depend on which files ran before them in their
 # process (xdist deals them to the two workers as they free up).
 # The slowest tests are listed (--durations): on a cold clone they show where CI's time goes.
 test: setup lint sync-check
 	$(MAKE) --no-print-directory extension > $(VENV)/extension-build.log 2>&1 & build=$$!; \
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 tests --ignore=tests/extension --ignore=tests/test_lab_live.py; \
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 tests/book tests/chapters --ignore=tests/chapters/test_lab_live.py; \
 	tests=$$?; wait $$build || { cat $(VENV)/extension-build.log; exit 1; }; exit $$tests
-	$(PYTEST) -n 2 --dist loadfile --durations=12 tests/extension
+	$(PYTEST) -n 2 --dist loadfile --durations=12 tests/package
 	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 --nbval chapters --nbval-sanitize-with tests/sanitize.cfg
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 --nbval chapters --nbval-sanitize-with tests/chapters/sanitize.cfg
 	# The reader's path, last (the chapter builds are cached by now): JupyterLab as `make lab` starts it,
 	# headless Chromium runs chapters 02 and 13 through its UI, on copies in a temporary folder.
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/test_lab_live.py
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/chapters/test_lab_live.py
 
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension
 	$(RUFF) format --check $(RUFF_ARGS) book tests extension
-	# The chapters' Python is formatted to the rendered page's 88 columns (tests/test_outputs.py checks the rest).
+	# The chapters' Python is formatted to the rendered page's 88 columns (tests/chapters/test_outputs.py checks the rest).
 	$(RUFF) format --check --line-length 88 --target-version py311 $(wildcard chapters/*.ipynb)
 
 sync-check: setup

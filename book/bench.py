@@ -13,7 +13,7 @@ chapter's last build opened first, with no unit compiled before. Every
 measurement runs in a fresh Python process and times only the build call (not
 `import torch`).
 
-A cold build includes the load check (`book.preload`: the new library is
+A cold build includes the load check (`book.builds.preload`: the new library is
 loaded in a throwaway process first, because C++ that throws while it loads
 would kill the reader's kernel). Its cost is reported per build and as a
 fraction of the cold build; a warm build reuses the saved verdict and must
@@ -32,9 +32,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from book import preload, toolchain
-from book.chapter import Chapter, chapters
-from book.regions import notebook_stem
+from book.builds import preload, toolchain
+from book.parts.regions import notebook_stem
+from book.run.chapter import Chapter, chapters
 
 PLAIN_BASELINE = textwrap.dedent(
     """
@@ -50,11 +50,11 @@ PLAIN_BASELINE = textwrap.dedent(
 CHAPTER_BUILD = textwrap.dedent(
     """
     import json, sys, time
-    from book import builder, preload, stable, toolchain
-    from book.regions import CppPart
+    from book.builds import builder, preload, stable, toolchain
+    from book.parts.regions import CppPart
     driver = toolchain.driver_library(); toolchain.prelude_dir(); stable.library()  # warm-up, timed separately
     parts = [CppPart(*p) for p in json.loads(open(sys.argv[1]).read())]
-    checks = []  # seconds of each load check (book.preload) the build ran
+    checks = []  # seconds of each load check (book.builds.preload) the build ran
     run_child = preload.run_child
     def timed_child(*args, **kwargs):
         result = run_child(*args, **kwargs)
@@ -73,10 +73,10 @@ CHAPTER_BUILD = textwrap.dedent(
 WARM_UP = textwrap.dedent(
     """
     import json, time
-    from book import stable, toolchain
+    from book.builds import stable, toolchain
     started = time.perf_counter()
     toolchain.driver_library(); toolchain.prelude_dir(); stable.library()
-    from book import builder, units
+    from book.builds import builder, units
     units.compile_objects([builder.epilogue_unit()], "the builds' epilogue")  # linked into every build
     print(json.dumps({"seconds": time.perf_counter() - started}))
     """
@@ -188,7 +188,7 @@ def _measure(selected: set[str], cache: Path) -> int:
     if check_seconds:
         full = preload.run_child(Path(last["library"]), [Path(last["driver"])], import_torch=True)
         print(
-            f"load check (book.preload): {sum(check_seconds) / len(check_seconds):.2f} s per cold build, "
+            f"load check (book.builds.preload): {sum(check_seconds) / len(check_seconds):.2f} s per cold build, "
             f"{sum(check_fractions) / len(check_fractions):.0%} of it on average; warm builds reuse the "
             f"saved verdict (0 s). With a full `import torch` in the child it would take {full.seconds:.2f} s."
         )

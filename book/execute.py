@@ -24,7 +24,7 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
-from book.regions import chapter_paths
+from book.parts.regions import chapter_paths
 
 CELL_TIMEOUT_SECONDS = 900
 KERNEL_NAME = "python3"

@@ -10,7 +10,7 @@ CHAPTERS = REPO / "chapters"
 TOC = REPO / "_toc.yml"  # the chapters and their order
 EXTENSION = REPO / "extension"
 CSRC = EXTENSION / "csrc"
-BOOK_CPP = Path(__file__).resolve().parent / "cpp"
+BOOK_CPP = Path(__file__).resolve().parent / "builds" / "cpp"
 
 
 def cache_dir(create: bool = True) -> Path:
@@ -18,7 +18,7 @@ def cache_dir(create: bool = True) -> Path:
 
     Override with EMBER_BOOK_CACHE (the benchmark uses this to measure cold
     builds without touching the reader's cache). `create=False` only names it
-    (book.errors shortens paths under it without making the folder).
+    (book.display.errors shortens paths under it without making the folder).
     """
     path = Path(os.environ.get("EMBER_BOOK_CACHE") or Path.home() / ".cache" / "ember-book")
     if create:

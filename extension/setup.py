@@ -34,7 +34,7 @@ PCH_HEADER = HERE / "build_support" / "pch.h"
 
 
 # Every C++ file under csrc is part of the backend, the driver's one file per
-# area included (its self-test lives with the tests, in tests/extension/driver).
+# area included (its self-test lives with the tests, in tests/package/driver).
 # Globbing picks up the files later chapters add.
 def sources() -> list[str]:
     found = sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cpp"))

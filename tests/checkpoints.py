@@ -1,8 +1,8 @@
 """Looking inside torch.save checkpoints, for the tests of chapter 12 and of the package's serialization.
 
 A checkpoint is a zip archive whose `*/data.pkl` member holds the pickle, including each storage's location
-tag (e.g. "ember:0") and backend-metadata flags. Both test suites import this module (pytest puts tests/ on
-the path for tests/conftest.py).
+tag (e.g. "ember:0") and backend-metadata flags. tests/chapters and tests/package both import this module
+(pytest puts tests/ on the path for tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,16 @@
-"""Shared fixtures for the book's tests (not the extension's: see tests/extension)."""
+"""What the three test folders share.
+
+- tests/book/: the book's machinery (book/), one test file per module or concern;
+- tests/chapters/: the chapters: each chapter's claims on the backend it builds, the notebooks' saved
+  outputs, the rendered book, the reader's JupyterLab, and nbval's sanitizers (sanitize.cfg);
+- tests/package/: the installed package torch_ember, in a process of its own (its conftest.py).
+
+pytest puts tests/ on the path when it imports this conftest (run from the repository's root,
+every run does), so helpers used by more than one folder live here: checkpoints.py (chapter 12's
+tests and the package's serialization tests) and saved_outputs.py (the rule the chapters' saved
+outputs keep, which book.display.errors keeps too).
+The fixtures below are for the book's process (tests/book and tests/chapters), not the package's.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +22,8 @@ import pytest
 
 # `import book` before torch: it turns off PyTorch's backend autoload, which would load the installed
 # torch_ember into the book's test process (book/autoload.py).
-from book.cells import CppPart
-from book.chapter import Chapter
+from book.parts.cells import CppPart
+from book.run.chapter import Chapter
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +42,7 @@ def autograd_engine_knows_ember_devices() -> Iterator[None]:
     any build registered ember's guard, would leave ember with no queue, and
     every later ember backward would fail an internal assert ("device_ready_queues_").
     A reader's kernel has the same rule: build first, then call backward.
-    Not for the finished package's tests (tests/extension): they load torch_ember instead.
+    Not for the finished package's tests (tests/package): they load torch_ember instead.
     """
     if "torch_ember" in sys.modules:
         yield

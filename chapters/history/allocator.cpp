@@ -4,7 +4,7 @@
 // `@@ -a,b +c,d @@ sha256:...` that replace b lines of it from line a (their checksum given)
 // with this version's `+` lines; a version identical to the next one is not stored. The
 // chapter's cells hold every version in full, and `python -m book.sync --check` derives each
-// one and compares them (book/regions.py, book/sync.py). To record a revision, paste the
+// one and compares them (book/parts/regions.py, book/run/sync.py). To record a revision, paste the
 // current text here in full as NAME.vK, edit the package's region, then run
 // `python -m book.sync --compact-history`.
 

@@ -5,7 +5,7 @@ NAME.vK stores only what differs from the next stored version of NAME (a later N
 the package's region NAME), as comment lines: hunks `@@ -a,b +c,d @@ sha256:...` that replace
 b lines of it from line a (their checksum given) with this version's `+` lines. The chapter's
 cells hold every version in full, and `python -m book.sync --check` derives each one and
-compares them (book/regions.py). Not part of the package: nothing imports this file. A version
+compares them (book/parts/regions.py). Not part of the package: nothing imports this file. A version
 recorded here in full (before `python -m book.sync --compact-history`) names the package's
 functions without importing them.
 """

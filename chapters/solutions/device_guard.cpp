@@ -1,6 +1,6 @@
 // Exercise solutions of the device_guard chapter, shown in the chapter's solution cells.
 // Not part of the torch_ember package; the chapter's builds compile them
-// when an exercise is built by name. See book/sync.py.
+// when an exercise is built by name. See book/run/sync.py.
 #include <torch/library.h>
 
 #include "runtime/EmberCheck.h"

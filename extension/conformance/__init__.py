@@ -18,8 +18,8 @@ why). Its modules, by job:
 
 The committed results live here too: opinfo_summary.json (the counts the capstone chapter shows) and
 opinfo_expected_failures.toml (every expected failure with its reason), both written by
-`make conformance` and checked by tests/extension/test_ember_opinfo.py; strides_summary.json and
-strides_expected.toml, the stride sweep's, checked by tests/extension/test_ember_strides.py. Run it as
+`make conformance` and checked by tests/package/test_ember_opinfo.py; strides_summary.json and
+strides_expected.toml, the stride sweep's, checked by tests/package/test_ember_strides.py. Run it as
 
     python extension/conformance --json extension/conformance/opinfo_summary.json   # the CI sweep
     EMBER_FULL_SWEEP=1 python extension/conformance                                  # more samples per pair

@@ -10,7 +10,7 @@ The two operators here are defined with
 * ``ember::soft_shrink_(Tensor(a!) x, float lambd) -> ()``: the same in place, a mutating operator
   (``mutates_args={"x"}``), which torch.compile functionalizes (``auto_functionalized``).
 
-The chapter shows the same functions in its cells; tests/test_chapter07_custom_ops.py checks that
+The chapter shows the same functions in its cells; tests/chapters/test_chapter07_custom_ops.py checks that
 their bodies match.
 """
 

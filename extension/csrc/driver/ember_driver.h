@@ -18,7 +18,7 @@
 // folder. The implementation is one file per area, named after it (device,
 // memory, vmm, launch, stream, event, graph, link, tracer; error and fork),
 // sharing state through the private internal.h. Its test, a plain C++
-// program, is tests/extension/driver/.
+// program, is tests/package/driver/.
 #pragma once
 
 #include <stddef.h>

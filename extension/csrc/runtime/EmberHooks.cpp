@@ -2,7 +2,7 @@
 //
 // This file is compiled once into a library that stays loaded for the life of
 // the process: torch_ember._C in the finished package, libember_stable.so in
-// the book (book/stable.py). Both registrations below are once-per-process in
+// the book (book/builds/stable.py). Both registrations below are once-per-process in
 // PyTorch, so they must not live in code that is rebuilt.
 
 // Kineto's headers declare the profiler interfaces only under USE_KINETO (set
