@@ -207,6 +207,7 @@ def comparison_plan(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         "coalesced[_coalescing_manager-reduce_scatter_tensor]",
         lambda c: c.coalesced_reduce_scatter(),
     )
+    add("coalesced[all_gather_coalesced]", lambda c: c.all_gather_coalesced())
     return plan
 
 
@@ -247,6 +248,10 @@ def host_error_plan() -> list[tuple[str, Callable[[Ctx], None]]]:
             lambda c: c.cpu_tensor_to_eccl_group(),
         ),
         ("errors[all_to_all_single_split_sum_refused]", lambda c: c.split_sum()),
+        (
+            "errors[all_gather_coalesced_short_output_refused]",
+            lambda c: c.all_gather_coalesced_short_output(),
+        ),
         (
             "errors[group_works_after_refusals]",
             lambda c: c.all_reduce(torch.float32, "SUM", SMALL),
@@ -635,6 +640,17 @@ class Ctx:
         for out, e in zip(outs, expected, strict=True):
             same(out, e)
 
+    def all_gather_coalesced(self) -> None:
+        # outputs[r][i] receives input i of rank r (sizes differ by input, not by rank).
+        inputs = [sample(n, torch.float64, self.rank, salt=n) for n in (3, 1000, 70_000)]
+        expected = [[torch.empty_like(t) for t in inputs] for _ in range(self.world)]
+        dist.all_gather_coalesced(expected, inputs)
+        outs = [[torch.empty_like(t, device=self.device) for t in inputs] for _ in range(self.world)]
+        dist.all_gather_coalesced(outs, [self.ember(t) for t in inputs])
+        for r in range(self.world):
+            for i, e in enumerate(expected[r]):
+                same(outs[r][i], e, f"rank {r}, input {i}")
+
     def coalesced_reduce_scatter(self) -> None:
         inputs = [sample(self.world * n, torch.float32, self.rank, salt=n) for n in (4, 999)]
         expected = [torch.empty(t.numel() // self.world) for t in inputs]
@@ -772,6 +788,11 @@ class Ctx:
     def non_contiguous(self) -> None:
         t = torch.ones(4, 6, device=self.device).t()
         raises(lambda: dist.all_reduce(t), "eccl", "contiguous")
+
+    def all_gather_coalesced_short_output(self) -> None:
+        inputs = [torch.ones(3, device=self.device), torch.ones(2, device=self.device)]
+        outs = [[torch.empty(3, device=self.device)] for _ in range(self.world)]
+        raises(lambda: dist.all_gather_coalesced(outs, inputs), "eccl", "all_gather_coalesced", "2 inputs")
 
     def cpu_tensor_to_eccl_group(self) -> None:
         group = dist.new_group(backend="eccl")

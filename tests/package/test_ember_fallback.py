@@ -55,8 +55,8 @@ def native(fn: Callable[[], torch.Tensor]) -> torch.Tensor:
 
 # Operators ember has no kernel for (not even for their out= variant).
 FALLBACK_CASES: dict[str, tuple[Op, list[tuple[int, ...]]]] = {
-    "maximum": (torch.maximum, [(4, 5), (4, 5)]),
-    "maximum_broadcast": (torch.maximum, [(4, 5), (5,)]),
+    "fmax": (torch.fmax, [(4, 5), (4, 5)]),
+    "fmax_broadcast": (torch.fmax, [(4, 5), (5,)]),
     "remainder": (torch.remainder, [(3, 7), (3, 7)]),
     "pow_scalar": (lambda a: a.pow(3), [(4, 5)]),
     "atan2_broadcast": (torch.atan2, [(3, 1), (1, 7)]),
@@ -76,6 +76,8 @@ NATIVE_CASES: dict[str, tuple[Op, list[tuple[int, ...]]]] = {
     "add_scalar": (lambda a: a + 2.5, [(4, 5)]),
     "mul": (torch.mul, [(3, 7), (3, 7)]),
     "mul_broadcast": (torch.mul, [(3, 1), (1, 7)]),
+    "maximum": (torch.maximum, [(4, 5), (4, 5)]),
+    "minimum_broadcast": (torch.minimum, [(4, 5), (5,)]),
     "matmul": (torch.matmul, [(6, 4), (4, 3)]),
     "matmul_batched": (torch.matmul, [(2, 6, 4), (4, 3)]),
     "sum": (torch.sum, [(5, 6)]),
@@ -120,7 +122,7 @@ def test_native_op_is_close_to_cpu(case: str, index: int) -> None:
 def test_ops_match_cpu_for_other_dtypes(dtype: torch.dtype) -> None:
     a, b = inputs((4, 4), (4, 4), dtype=dtype)
     x, y = a.to("ember"), b.to("ember")
-    assert torch.equal(fallback(lambda: torch.maximum(x, y)).cpu(), torch.maximum(a, b))
+    assert torch.equal(fallback(lambda: torch.fmax(x, y)).cpu(), torch.fmax(a, b))
     assert torch.equal(fallback(lambda: x.cumsum(dim=0)).cpu(), a.cumsum(dim=0))
     assert torch.equal(fallback(lambda: x.remainder(7)).cpu(), a.remainder(7))
     # Native: exact for int64 (assert_close compares integers exactly), close for float64.
@@ -134,7 +136,7 @@ def test_ops_on_non_contiguous_inputs() -> None:
     a, b = inputs((5, 4), (4, 5))
     x, y = a.to("ember"), b.to("ember")
     assert not x.t().is_contiguous()
-    assert torch.equal(fallback(lambda: torch.maximum(x.t(), y)).cpu(), torch.maximum(a.t(), b))
+    assert torch.equal(fallback(lambda: torch.fmax(x.t(), y)).cpu(), torch.fmax(a.t(), b))
     assert torch.equal(fallback(lambda: x[::2].cumsum(dim=0)).cpu(), a[::2].cumsum(dim=0))
     torch.testing.assert_close(native(lambda: x.t() + y).cpu(), a.t() + b, rtol=0, atol=0)
     torch.testing.assert_close(native(lambda: x.t() @ x).cpu(), a.t() @ a)
@@ -151,9 +153,9 @@ def test_fallback_in_place_and_out_variants_write_the_ember_tensor() -> None:
     assert torch.equal(x.cpu(), a.clamp(-0.5, 0.5).pow(2))
     out = torch.empty(3, 4, device="ember")
     out_storage = out.untyped_storage().data_ptr()
-    fallback(lambda: torch.maximum(x, y, out=out))
+    fallback(lambda: torch.fmax(x, y, out=out))
     assert out.untyped_storage().data_ptr() == out_storage
-    assert torch.equal(out.cpu(), torch.maximum(a.clamp(-0.5, 0.5).pow(2), b))
+    assert torch.equal(out.cpu(), torch.fmax(a.clamp(-0.5, 0.5).pow(2), b))
 
 
 def test_native_in_place_and_out_variants_write_the_ember_tensor() -> None:
@@ -181,9 +183,9 @@ def test_op_with_cpu_scalar_tensor() -> None:
     (a,) = inputs((3, 3))
     scale = torch.tensor(4.0)  # 0-d CPU tensors may mix with any device, as on CUDA
     x = a.to("ember")
-    result = fallback(lambda: torch.maximum(x, scale))
+    result = fallback(lambda: torch.fmax(x, scale))
     assert result.is_ember
-    assert torch.equal(result.cpu(), torch.maximum(a, scale))
+    assert torch.equal(result.cpu(), torch.fmax(a, scale))
     result = native(lambda: x * scale)
     assert result.is_ember
     torch.testing.assert_close(result.cpu(), a * scale, rtol=0, atol=0)

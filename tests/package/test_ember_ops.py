@@ -19,6 +19,7 @@ FAMILY = [
     "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
     "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
     "clamp_min", "nn.functional.relu", "where", "fill", "zero_", "sum", "mean",
+    "maximum", "minimum",
 ]  # fmt: skip
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool]
 REFUSAL = "has no ember kernel for"
@@ -205,6 +206,42 @@ def test_mode_out_and_its_errors_follow_the_cpu() -> None:
 def test_mode_has_an_ember_kernel_not_the_fallback() -> None:
     assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::mode", "PrivateUse1")
     assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::mode.values", "PrivateUse1")
+
+
+# ---- maximum and minimum: ember kernels, not the CPU fallback ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32])
+def test_maximum_minimum_propagate_nan_and_broadcast_as_the_cpu(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(7)
+    a = (torch.randn(6, 8, generator=generator) * 10).to(dtype)
+    b = (torch.randn(8, generator=generator) * 10).to(dtype)
+    if dtype.is_floating_point:
+        a[0, 0], b[1], a[2, 3], b[3] = float("nan"), float("nan"), float("inf"), float("-inf")
+    for fn in (torch.maximum, torch.minimum):
+        for x, y in ((a, b), (a.T[:, :6], b[:6]), (a[:, ::2], b[::2])):
+            torch.testing.assert_close(fn(x.to(EMBER), y.to(EMBER)).cpu(), fn(x, y), equal_nan=True)
+
+
+def test_maximum_minimum_on_bool_are_or_and() -> None:
+    a = torch.tensor([True, True, False, False])
+    b = torch.tensor([True, False, True, False])
+    assert torch.maximum(a.to(EMBER), b.to(EMBER)).cpu().tolist() == [True, True, True, False]
+    assert torch.minimum(a.to(EMBER), b.to(EMBER)).cpu().tolist() == [True, False, False, False]
+
+
+def test_maximum_minimum_reach_no_cpu_fallback() -> None:
+    from torch_ember.bench import fallback_calls
+
+    x, y = torch.randn(4, 5).to(EMBER), torch.randn(5).to(EMBER)
+    out = torch.empty(0, device=EMBER)
+    x16, y16 = x.half(), y.half()  # float16: the host kernel, on the device's memory
+    for call in (lambda: torch.maximum(x, y), lambda: torch.minimum(x, y), lambda: torch.maximum(x, y, out=out),
+                 lambda: torch.minimum(x16, y16)):  # fmt: skip
+        calls, names = fallback_calls(call)
+        assert calls == 0, names
+    with pytest.raises(RuntimeError, match="maximum not implemented for complex tensors."):
+        torch.maximum(x.to(torch.complex64), y.to(torch.complex64))
 
 
 # ---- float32 sums: as accurate as the CPU's (issue 26) ----------------------------------------------

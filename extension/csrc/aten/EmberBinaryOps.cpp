@@ -1,4 +1,5 @@
-// Binary elementwise operators: arithmetic with alpha, and comparisons.
+// Binary elementwise operators: arithmetic with alpha, comparisons, maximum
+// and minimum.
 #include <ATen/core/Tensor.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/ops/add_native.h>
@@ -8,11 +9,15 @@
 #include <ATen/ops/gt_native.h>
 #include <ATen/ops/le_native.h>
 #include <ATen/ops/lt_native.h>
+#include <ATen/ops/maximum_native.h>
+#include <ATen/ops/minimum_native.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/ne_native.h>
 #include <ATen/ops/sub_native.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
+
+#include <type_traits>
 
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
@@ -212,3 +217,76 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 } // namespace ember
 // ember-book: end comparison_ops
+
+// Not shown in the book (outside any region): the package's own kernels for
+// maximum and minimum, which reached the CPU fallback before. Written as the
+// chapters' binary_ops are: a stub kernel for the loops' dtypes, the host
+// kernel for the rest.
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// As the CPU's kernels: a NaN on either side wins, and on bool tensors
+// maximum is "or" and minimum is "and".
+template <typename Pick>
+void extremumKernel(const char* op, at::TensorIteratorBase& iter, Pick pick) {
+  dispatchNumbersAndBool(op, iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    binaryLoop<T, T>(op, iter, [pick](T x, T y) EMBER_INLINE {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (x != x) {
+          return x;
+        }
+        if (y != y) {
+          return y;
+        }
+      }
+      return T(pick(x, y));
+    });
+  });
+}
+
+void maximumKernel(at::TensorIteratorBase& iter) {
+  extremumKernel("aten::maximum.out", iter,
+                 [](auto x, auto y) EMBER_INLINE { return x < y ? y : x; });
+}
+void minimumKernel(at::TensorIteratorBase& iter) {
+  extremumKernel("aten::minimum.out", iter,
+                 [](auto x, auto y) EMBER_INLINE { return y < x ? y : x; });
+}
+
+} // namespace ember
+#pragma GCC pop_options
+
+EMBER_REGISTER_STUB(maximum_stub, &ember::maximumKernel);
+EMBER_REGISTER_STUB(minimum_stub, &ember::minimumKernel);
+
+namespace ember {
+
+at::Tensor& maximum_out(const at::Tensor& self, const at::Tensor& other,
+                        at::Tensor& out) {
+  using Native = at::native::structured_maximum_out;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other);
+  }
+  StructuredOut<Native>(out).meta(self, other);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::maximum_out>::call(
+      self, other, out);
+}
+at::Tensor& minimum_out(const at::Tensor& self, const at::Tensor& other,
+                        at::Tensor& out) {
+  using Native = at::native::structured_minimum_out;
+  if (loopsCompute({out, self, other})) {
+    return structuredOut<Native>(out, self, other);
+  }
+  StructuredOut<Native>(out).meta(self, other);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::minimum_out>::call(
+      self, other, out);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("maximum.out", &maximum_out);
+  m.impl("minimum.out", &minimum_out);
+}
+
+} // namespace ember

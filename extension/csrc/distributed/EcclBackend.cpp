@@ -924,6 +924,33 @@ c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_into_tensor_coalesced(
   });
 }
 
+// dist.all_gather_coalesced: outputs[r][i] receives input i of rank r.
+// Backend.hpp asks new backends to implement _allgather_base instead, but
+// dist still calls this one and gloo answers it: one all_gather per input.
+// The lists are checked before anything is issued.
+c10::intrusive_ptr<c10d::Work> EcclBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(),
+              "eccl: all_gather_coalesced needs an output list for each of "
+              "the ", getSize(), " ranks, got ", outputs.size());
+  for (const std::vector<at::Tensor>& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(), "eccl: all_gather_coalesced ",
+                "needs, in each output list, a tensor for each of the ",
+                inputs.size(), " inputs, got ", list.size());
+  }
+  return coalesced([&] {
+    for (const size_t i : c10::irange(inputs.size())) {
+      std::vector<std::vector<at::Tensor>> gathered(1);
+      for (const std::vector<at::Tensor>& list : outputs) {
+        gathered[0].push_back(list[i]);
+      }
+      std::vector<at::Tensor> one{inputs[i]};
+      allgather(gathered, one, opts);
+    }
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> EcclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
