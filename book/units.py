@@ -63,11 +63,11 @@ _AUTOGRAD = re.compile(r"\btorch::autograd\b|torch/csrc/autograd/")
 # How many units of a chapter compile at once (the development machine's cores),
 # and, with GCC, how many units a chapter's files are dealt into.
 COMPILERS = 2
-# Code that runs on the device: an ember::launch, or loops the sources mark for GCC to optimize.
 # Headers that the precompiled prelude does not hold and that take seconds to parse, and what
 # each weighs in the compile order (`Unit.weight`, in characters of unoptimized code).
 _UNPRECOMPILED = re.compile(r"^\s*#\s*include\s*<torch/csrc/utils/pybind\.h>", re.MULTILINE)
 _UNPRECOMPILED_WEIGHT = 50_000
+# Code that runs on the device: an ember::launch, or loops the sources mark for GCC to optimize.
 _DEVICE_CODE = re.compile(r"\blaunch\s*(?:<[^;{}]*>)?\s*\(|#\s*pragma\s+GCC\s+optimize")
 
 
