@@ -103,6 +103,16 @@ def _parts_file(cache: Path, parts: list) -> str:
     return str(path)
 
 
+def _chapter_named(name: str) -> Chapter:
+    """A chapter by its slug, its notebook's stem or its label (the stem's ``NN`` prefix)."""
+    name = name.removesuffix(".ipynb").rsplit("/", 1)[-1]
+    for chapter in chapters():
+        if name in (chapter.slug, chapter.notebook, chapter.label):
+            return chapter
+    known = ", ".join(chapter.slug for chapter in chapters())
+    raise LookupError(f"there is no chapter {name!r} (chapters: {known})")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -110,9 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "chapters",
         nargs="*",
-        help="time only these chapters, by slug (earlier ones are built untimed)",
+        help="time only these chapters, by slug ('contracts'), notebook ('18_contracts') or label ('18'); "
+        "earlier ones are built untimed",
     )
-    selected = {Chapter.of(slug).slug for slug in parser.parse_args(argv).chapters}
+    names = parser.parse_args(argv).chapters
+    try:
+        selected = {_chapter_named(name).slug for name in names}
+    except LookupError as error:
+        parser.error(str(error))
 
     cache = Path(tempfile.mkdtemp(prefix="ember-bench-"))  # an empty build cache, removed at the end
     try:

@@ -6,8 +6,11 @@ the build cell would get slower with every chapter. Instead the parts are split
 the way the package splits them into files:
 
 - a *header part* (its region lives in a ``.h`` file of ``extension/csrc``:
-  macros, templates, inline helpers) is seen by every unit of its chapter and
-  of the chapters after it;
+  macros, templates, inline helpers) is seen by the units of its chapter and
+  of the chapters after it whose file of the package includes its header
+  (directly or through another header), so that a revised header recompiles
+  the files that include it, not every file after it; a unit holding a part
+  the package does not have (an exercise, a reader's new cell) sees them all;
 - every other part is compiled in exactly one unit, with the other parts of
   its chapter's file of ``extension/csrc`` (a part the package does not have,
   such as an exercise or a reader's new cell, goes with its chapter's previous
@@ -60,6 +63,10 @@ _AUTOGRAD = re.compile(r"\btorch::autograd\b|torch/csrc/autograd/")
 # How many units of a chapter compile at once (the development machine's cores),
 # and, with GCC, how many units a chapter's files are dealt into.
 COMPILERS = 2
+# Headers that the precompiled prelude does not hold and that take seconds to parse, and what
+# each weighs in the compile order (`Unit.weight`, in characters of unoptimized code).
+_UNPRECOMPILED = re.compile(r"^\s*#\s*include\s*<torch/csrc/utils/pybind\.h>", re.MULTILINE)
+_UNPRECOMPILED_WEIGHT = 50_000
 # Code that runs on the device: an ember::launch, or loops the sources mark for GCC to optimize.
 _DEVICE_CODE = re.compile(r"\blaunch\s*(?:<[^;{}]*>)?\s*\(|#\s*pragma\s+GCC\s+optimize")
 
@@ -99,6 +106,14 @@ class Unit:
         """
         return self.autograd or (toolchain.is_clang() and bool(self.own) and not self.runs_on_device)
 
+    @cached_property
+    def weight(self) -> int:
+        """How long it takes to compile, roughly: its own code's size, optimized code counting double,
+        plus the headers its parts include that the precompiled prelude does not hold (pybind11 and
+        Python's, ~3 s of parsing: a short unit of bindings can take as long as a long one of kernels)."""
+        size = sum(len(part.source) for part in self.own) * (1 if self.unoptimized else 2)
+        return size + _UNPRECOMPILED_WEIGHT * len(_UNPRECOMPILED.findall(self.text))
+
     @property
     def object(self) -> Path:
         return cache_dir() / "objects" / self.key / "unit.o"
@@ -114,6 +129,38 @@ def part_files(root: Path = CSRC) -> dict[str, str]:
 def header_part_names(root: Path = CSRC) -> frozenset[str]:
     """Names of the regions that live in a header of extension/csrc."""
     return frozenset(name for name, file in part_files(root).items() if file.endswith(".h"))
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
+
+
+def file_includes(root: Path = CSRC) -> dict[str, frozenset[str]]:
+    """The headers of extension/csrc that each of its files includes, directly or through another header.
+
+    Paths relative to csrc; an include names a file next to the includer or under csrc (``-I``).
+    """
+    direct: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in {".h", ".cpp"} or not path.is_file():
+            continue
+        found = set()
+        for name in _INCLUDE.findall(path.read_text()):
+            for candidate in (path.parent / name, root / name):
+                if candidate.is_file():
+                    found.add(candidate.resolve().relative_to(root.resolve()).as_posix())
+                    break
+        direct[path.relative_to(root).as_posix()] = found
+    closed: dict[str, frozenset[str]] = {}
+    for file in direct:
+        seen: set[str] = set()
+        stack = list(direct[file])
+        while stack:
+            header = stack.pop()
+            if header not in seen:
+                seen.add(header)
+                stack.extend(direct.get(header, ()))
+        closed[file] = frozenset(seen)
+    return closed
 
 
 def source_text(parts: Iterable[CppPart], epilogue: tuple[str, str] | None = None) -> str:
@@ -133,13 +180,19 @@ def split(
     parts: list[CppPart],
     files: dict[str, str] | None = None,
     per_file: bool | None = None,
+    includes: dict[str, frozenset[str]] | None = None,
 ) -> list[Unit]:
     """The units of a build, in the order of each unit's last part.
 
     `per_file`: one unit per (chapter, file) (the default with Clang), else a chapter's files
-    are dealt into at most COMPILERS units (the default with GCC).
+    are dealt into at most COMPILERS units (the default with GCC). `includes`: the headers each
+    file includes (`file_includes`, the default with the package's `files`); a unit of a file
+    it does not list sees every header part.
     """
-    files = part_files() if files is None else files
+    if files is None:
+        files = part_files()
+        includes = file_includes() if includes is None else includes
+    includes = {} if includes is None else includes
     per_file = toolchain.is_clang() if per_file is None else per_file
 
     def is_header(part: CppPart) -> bool:
@@ -174,8 +227,21 @@ def split(
         files_of.setdefault(unit_bin, []).append(file)
     binned = [None if group is None else bins[group] for group in groups]
 
+    # Which header files a unit's text includes: those its files include in the package, so that a
+    # revised header recompiles the files that include it, not every file after it. A unit holding a
+    # part the package does not have (an exercise, a reader's new cell), or of a file the package
+    # does not list, sees every header part before it.
+    visible: dict[tuple[str, int], frozenset[str] | None] = {}
+    for part, unit_bin in zip(parts, binned, strict=True):
+        if unit_bin is None:
+            continue
+        if part.is_exercise or part.name not in files or any(f not in includes for f in files_of[unit_bin]):
+            visible[unit_bin] = None
+        elif unit_bin not in visible:
+            visible[unit_bin] = frozenset().union(*(includes[f] for f in files_of[unit_bin]))
+
     # A unit opens with the header parts of its chapter and the chapters before
-    # it, in book order, then its own parts, as a file of the package includes
+    # it that its files include, in book order, then its own parts, as a file of the package includes
     # its headers first. Not only those shown before its parts: a part that a
     # later chapter revises (or its own chapter, in a later cell) keeps its
     # first version's place in the build, yet calls what the reviser's headers
@@ -193,11 +259,11 @@ def split(
             last_shown[unit_bin] = max(last_shown.get(unit_bin, 0), shown_at[index])
     units = []
     for unit_bin, _last in sorted(last_index.items(), key=lambda item: item[1]):
-        shown = last_shown[unit_bin]
+        shown, sees = last_shown[unit_bin], visible[unit_bin]
         headers = tuple(
             part
             for index, (part, other) in enumerate(zip(parts, binned, strict=True))
-            if other is None and index < shown
+            if other is None and index < shown and (sees is None or files[part.name] in sees)
         )
         own = tuple(part for part, other in zip(parts, binned, strict=True) if other == unit_bin)
         seen = headers + own
@@ -216,11 +282,8 @@ def split(
 def compile_objects(units: list[Unit], summary: str) -> list[Path]:
     """The object files of `units`, compiling (in parallel) those not in the cache."""
     missing = [unit for unit in units if not unit.object.exists()]
-    # The longest first, so that the last compiler to finish starts a short one:
-    # by its own code's size, optimized code counting double.
-    missing.sort(
-        key=lambda unit: -sum(len(part.source) for part in unit.own) * (1 if unit.unoptimized else 2)
-    )
+    # The longest first, so that the last compiler to finish starts a short one.
+    missing.sort(key=lambda unit: -unit.weight)
     if missing:
         toolchain.prelude_dir()  # precompiled once, before the compilers that use it start
         workers = max(1, min(len(missing), os.cpu_count() or 1))

@@ -47,6 +47,47 @@ def test_a_header_part_is_seen_by_every_later_unit_and_a_source_part_by_its_own_
     ]
 
 
+def test_a_unit_sees_the_header_parts_its_file_includes_and_an_exercise_sees_them_all():
+    answer = CppPart("allocator", "answer", "#define EMBER_TEST_ANSWER 42\n")
+    other = CppPart("allocator", "other_header", "#define EMBER_TEST_OTHER 1\n")
+    uses = source_part("allocator", "uses", "int uses() { return EMBER_TEST_ANSWER; }")
+    exercise = source_part("minimal_ops", "exercise_both", "int both() { return EMBER_TEST_OTHER; }")
+    files = {"answer": "runtime/Answer.h", "other_header": "runtime/Other.h", "uses": "runtime/Uses.cpp"}
+    includes = {"runtime/Uses.cpp": frozenset({"runtime/Answer.h"})}
+    split = units.split([answer, other, uses, exercise], files=files, includes=includes)
+    assert [[part.name for part in unit.parts] for unit in split] == [
+        ["answer", "uses"],
+        ["answer", "other_header", "exercise_both"],
+    ]
+
+
+def test_the_package_files_includes_are_followed_through_headers():
+    includes = units.file_includes()
+    # EmberReduceOps.cpp includes EmberLoops.h, which includes EmberLaunch.h, which includes EmberCheck.h.
+    assert {"aten/EmberLoops.h", "aten/EmberLaunch.h", "runtime/EmberCheck.h"} <= includes[
+        "aten/EmberReduceOps.cpp"
+    ]
+    assert "aten/EmberStructured.h" not in includes["runtime/EmberGuard.cpp"]
+
+
+def test_a_revised_header_recompiles_only_the_files_that_include_it():
+    # Chapter 18's third build revises chapter 04's structured_out (aten/EmberStructured.h): the units
+    # of files that include it change, the others are the second build's, objects and all.
+    second, third = Chapter.of("contracts").build_cells()[1:3]
+    before = {(unit.chapter, unit.group): unit for unit in units.split(second)}
+    after = {(unit.chapter, unit.group): unit for unit in units.split(third)}
+    assert (
+        after[("device_guard", "runtime/EmberGuard.cpp")]
+        == before[("device_guard", "runtime/EmberGuard.cpp")]
+    )
+    assert (
+        after[("distributed", "distributed/EcclBackend.cpp")].key
+        == before[("distributed", "distributed/EcclBackend.cpp")].key
+    )
+    binary = ("capstone", "aten/EmberBinaryOps.cpp")
+    assert after[binary].key != before[binary].key
+
+
 def test_a_unit_opens_with_its_header_parts_so_a_revised_part_sees_its_chapters_headers():
     # A revision keeps its part's first place in the build: chapter 14's version of a
     # chapter 04 part comes before chapter 14's header parts in book order, yet calls
