@@ -8,6 +8,7 @@
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/empty_quantized_native.h>
 #include <ATen/ops/empty_strided_native.h>
+#include <ATen/ops/fill_native.h>
 #include <ATen/ops/q_per_channel_axis_native.h>
 #include <ATen/ops/q_per_channel_scales_native.h>
 #include <ATen/ops/q_per_channel_zero_points_native.h>
@@ -28,8 +29,17 @@ namespace ember {
 // integers, in t's suggested memory format (the CPU's int_repr). A copy of
 // the integer view, made by ember's own copy.
 at::Tensor intRepr(const at::Tensor& self) {
-  checkWholeBytes("int_repr", self);
   const c10::DeviceGuard guard(self.device());
+  const at::ScalarType type = self.scalar_type();
+  if (type == at::kQUInt4x2 || type == at::kQUInt2x4) {
+    // Two or four values a byte: the CPU returns the packed bytes as a 1-D
+    // tensor of ceil(numel * bits / 8) bytes, read in storage order from the
+    // first element.
+    const int64_t bits = type == at::kQUInt4x2 ? 4 : 2;
+    const int64_t count = (self.numel() * bits + 7) / 8;
+    const at::Tensor bytes = intView(self).as_strided({count}, {1});
+    return bytes.clone(at::MemoryFormat::Contiguous);
+  }
   const at::Tensor ints = intView(self);
   at::Tensor result = at::empty(self.sizes(), ints.options(),
                                 self.suggest_memory_format());
@@ -121,4 +131,12 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("int_repr", TORCH_FN(ember::intRepr));
   m.impl("_copy_from", TORCH_FN(ember::copyFrom));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(ember::setStorage));
+  // fill_: ATen's quantized fill dequantizes, fills the floats and copies
+  // them back (quantizing through the _copy_from above): device-generic.
+  m.impl("fill_.Scalar",
+         TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, const at::Scalar&)>(
+             at::native::fill_quantized_)));
+  m.impl("fill_.Tensor",
+         TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, const at::Tensor&)>(
+             at::native::fill_quantized_)));
 }

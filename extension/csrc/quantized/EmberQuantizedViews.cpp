@@ -28,7 +28,9 @@ namespace ember {
 // result made as the CPU makes it (empty_like: same quantizer, the input's
 // suggested memory format), so strides match the CPU's too.
 at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
-  checkWholeBytes("flip", self);
+  const at::ScalarType type = self.scalar_type();
+  TORCH_CHECK(type != at::kQUInt4x2 && type != at::kQUInt2x4, // the CPU's words
+              "flip is not supported for tensor with data type ", type);
   const c10::DeviceGuard guard(self.device());
   at::Tensor result = at::empty_like(self);
   intView(result).copy_(at::flip(intView(self), dims));
