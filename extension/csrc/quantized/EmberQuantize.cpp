@@ -139,24 +139,32 @@ EMBER_REGISTER_STUB(dequantize_tensor_per_tensor_affine_sub_byte_stub,
 
 // The operators. Their inputs are plain float tensors, so they dispatch to
 // PrivateUse1; ATen's generic functions make the quantizer and call the
-// stubs above. Without these, the CPU fallback would quantize on the CPU and
-// then fail to bring the quantized result back (no Quantizedember kernels).
+// stubs above, inside the input's device guard (DeviceGuarded). Without
+// these, the CPU fallback would quantize on the CPU and then fail to bring
+// the quantized result back (no Quantizedember kernels).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("quantize_per_tensor", TORCH_FN(at::native::quantize_per_tensor));
+  using ember::DeviceGuarded;
+  m.impl("quantize_per_tensor",
+         TORCH_FN(DeviceGuarded<at::native::quantize_per_tensor>::call));
   m.impl("quantize_per_tensor.tensor_qparams",
-         TORCH_FN(at::native::quantize_per_tensor_tensor_qparams));
+         TORCH_FN(DeviceGuarded<
+                  at::native::quantize_per_tensor_tensor_qparams>::call));
+  // A loop of quantize_per_tensor (the "_cpu" in its name is historical).
   m.impl("quantize_per_tensor.tensors",
-         TORCH_FN(at::native::quantize_per_tensor_list_cpu)); // a loop of the above
+         TORCH_FN(at::native::quantize_per_tensor_list_cpu));
   m.impl("quantize_per_tensor_dynamic",
-         TORCH_FN(at::native::quantize_per_tensor_dynamic));
-  m.impl("quantize_per_channel", TORCH_FN(at::native::quantize_per_channel));
+         TORCH_FN(DeviceGuarded<at::native::quantize_per_tensor_dynamic>::call));
+  m.impl("quantize_per_channel",
+         TORCH_FN(DeviceGuarded<at::native::quantize_per_channel>::call));
   // dequantize of a plain tensor is .to(float), as on the CPU.
   m.impl("dequantize.self", TORCH_FN(at::native::dequantize_cpu_or_cuda));
 }
 
 // A quantized ember tensor dispatches to QuantizedPrivateUse1.
 TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
-  m.impl("dequantize.self", TORCH_FN(at::native::dequantize_quantized));
-  m.impl("dequantize.tensors",
-         TORCH_FN(at::native::dequantize_tensors_quantized_cpu)); // a loop
+  using ember::DeviceGuarded;
+  m.impl("dequantize.self",
+         TORCH_FN(DeviceGuarded<at::native::dequantize_quantized>::call));
+  m.impl("dequantize.tensors", // a loop of the above
+         TORCH_FN(at::native::dequantize_tensors_quantized_cpu));
 }

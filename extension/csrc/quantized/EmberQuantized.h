@@ -5,10 +5,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/quantized/Quantizer.h>
 #include <c10/core/Device.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/ArrayRef.h>
 
 #include <cstddef>
 #include <functional>
+#include <optional>
+#include <type_traits>
+#include <utility>
 
 namespace ember {
 
@@ -45,5 +49,41 @@ void quantizedOnHost(const char* op, c10::ArrayRef<const at::Tensor*> tensors,
 // quint2x4) pack two or four values in a byte, so their integers are not a
 // plain tensor: refused in the words of the CPU's kernels.
 void checkWholeBytes(const char* op, const at::Tensor& q);
+
+// ATen's generated registrations put a device guard around a kernel: the
+// device a factory is asked for, else that of the first tensor argument. A
+// kernel registered by hand does it itself, or ATen's generic functions
+// would allocate on the current device (new_qtensor asks the allocator, which
+// allocates there): ember:1's tensor.to("ember:0") would stay on ember:1.
+// DeviceGuarded<f>::call is f inside that guard, for TORCH_FN.
+template <auto F>
+struct DeviceGuarded;
+
+template <typename R, typename... Args, R (*F)(Args...)>
+struct DeviceGuarded<F> {
+  static R call(Args... args) {
+    std::optional<c10::Device> device;
+    const auto requested = [&](const auto& arg) {
+      using T = std::decay_t<decltype(arg)>;
+      if constexpr (std::is_same_v<T, std::optional<c10::Device>>) {
+        if (!device.has_value() && arg.has_value() && arg->is_privateuseone()) {
+          device = *arg;
+        }
+      }
+    };
+    const auto tensor = [&](const auto& arg) {
+      using T = std::decay_t<decltype(arg)>;
+      if constexpr (std::is_same_v<T, at::Tensor>) {
+        if (!device.has_value() && arg.defined() && arg.is_privateuseone()) {
+          device = arg.device();
+        }
+      }
+    };
+    (requested(args), ...);
+    (tensor(args), ...);
+    c10::OptionalDeviceGuard guard(device);
+    return F(std::forward<Args>(args)...);
+  }
+};
 
 } // namespace ember

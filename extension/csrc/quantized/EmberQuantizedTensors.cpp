@@ -53,6 +53,8 @@ at::Tensor intRepr(const at::Tensor& self) {
 // quantized rules run, so they are here, in the CPU's words.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst,
                     bool non_blocking) {
+  const c10::DeviceGuard guard(dst.is_privateuseone() ? dst.device()
+                                                      : self.device());
   if (dst.is_quantized() && !self.is_quantized()) {
     // The CPU's quantized_copy_from_float_ quantizes with dst's quantizer.
     TORCH_CHECK(self.scalar_type() == at::kFloat,
@@ -109,15 +111,21 @@ at::Tensor& setStorage(at::Tensor& self, c10::Storage source,
 // Factories and accessors: metadata, nothing read from device memory, so
 // ATen's generic functions are right for ember. The empty_* ones allocate
 // through new_qtensor, which takes the allocator registered for the device
-// (GetAllocator(PrivateUse1): ember's caching allocator).
+// (GetAllocator(PrivateUse1): ember's caching allocator), on the current
+// device: hence the guard of the requested device (DeviceGuarded).
 TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
-  m.impl("empty_quantized", TORCH_FN(at::native::empty_quantized));
+  using ember::DeviceGuarded;
+  m.impl("empty_quantized",
+         TORCH_FN(DeviceGuarded<at::native::empty_quantized>::call));
   m.impl("_empty_affine_quantized",
-         TORCH_FN(at::native::empty_affine_quantized));
+         TORCH_FN(DeviceGuarded<at::native::empty_affine_quantized>::call));
   m.impl("_empty_per_channel_affine_quantized",
-         TORCH_FN(at::native::empty_per_channel_affine_quantized));
-  m.impl("empty.memory_format", TORCH_FN(at::native::empty_unknown_quantized));
-  m.impl("empty_like", TORCH_FN(at::native::empty_like_quantized));
+         TORCH_FN(DeviceGuarded<
+                  at::native::empty_per_channel_affine_quantized>::call));
+  m.impl("empty.memory_format", // an UnknownQuantizer, as on the CPU
+         TORCH_FN(DeviceGuarded<at::native::empty_unknown_quantized>::call));
+  m.impl("empty_like",
+         TORCH_FN(DeviceGuarded<at::native::empty_like_quantized>::call));
   // Raises, as on the CPU: quantized tensors have no strided constructor.
   m.impl("empty_strided",
          TORCH_FN(at::native::empty_strided_unknown_quantized));
@@ -133,10 +141,12 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(ember::setStorage));
   // fill_: ATen's quantized fill dequantizes, fills the floats and copies
   // them back (quantizing through the _copy_from above): device-generic.
+  using FillScalar = at::Tensor& (*)(at::Tensor&, const at::Scalar&);
+  using FillTensor = at::Tensor& (*)(at::Tensor&, const at::Tensor&);
   m.impl("fill_.Scalar",
-         TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, const at::Scalar&)>(
-             at::native::fill_quantized_)));
+         TORCH_FN(DeviceGuarded<static_cast<FillScalar>(
+                      at::native::fill_quantized_)>::call));
   m.impl("fill_.Tensor",
-         TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, const at::Tensor&)>(
-             at::native::fill_quantized_)));
+         TORCH_FN(DeviceGuarded<static_cast<FillTensor>(
+                      at::native::fill_quantized_)>::call));
 }

@@ -2,6 +2,7 @@
 // quantized kernels for (flip, index_select, indexing, clone, equal, and the
 // view primitives the composite operators reduce to: flatten, ravel,
 // reshape, transpose, permute, select, slice, contiguous).
+#include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -19,20 +20,33 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <bitset>
+
 #include "quantized/EmberQuantized.h"
 
 namespace ember {
 
 // flip moves integers, as the CPU's flip does (its kernel dispatches on the
 // underlying type): ember's plain flip on the integer view, written into a
-// result made as the CPU makes it (empty_like: same quantizer, the input's
-// suggested memory format), so strides match the CPU's too.
+// result made as the CPU makes it (empty_like with the input's layout
+// preserved: same quantizer, same strides as the CPU's).
 at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
   const at::ScalarType type = self.scalar_type();
   TORCH_CHECK(type != at::kQUInt4x2 && type != at::kQUInt2x4, // the CPU's words
               "flip is not supported for tensor with data type ", type);
   const c10::DeviceGuard guard(self.device());
-  at::Tensor result = at::empty_like(self);
+  at::Tensor result = at::empty_like(self, at::MemoryFormat::Preserve);
+  // The CPU's flip restrides its input (as_strided, stride 0 along the
+  // flipped dimensions) whenever there is work to do, and a per-channel
+  // tensor refuses as_strided: so the CPU flips only per-tensor ones.
+  const std::bitset<64> flipped = at::dim_list_to_bitset(dims, self.dim());
+  bool work = false;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    work |= flipped[d] && self.size(d) > 1 && self.stride(d) != 0;
+  }
+  TORCH_CHECK(!work || self.numel() <= 1 ||
+                  self.qscheme() == at::kPerTensorAffine,
+              "Setting strides is possible only on uniformly quantized tensor");
   intView(result).copy_(at::flip(intView(self), dims));
   return result;
 }
@@ -94,10 +108,12 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("unsqueeze", TORCH_FN(at::native::unsqueeze_quantized));
   // clone (and so contiguous): a new tensor with the same quantizer, then
   // copy_, which reaches ember's quantized _copy_from.
-  m.impl("clone", TORCH_FN(at::native::quantized_clone));
+  m.impl("clone",
+         TORCH_FN(ember::DeviceGuarded<at::native::quantized_clone>::call));
   // Advanced indexing: the CPU's kernel dequantizes, indexes the floats and
   // quantizes again with the same parameters, all through the dispatcher.
-  m.impl("index.Tensor", TORCH_FN(at::native::quantized_index));
+  m.impl("index.Tensor",
+         TORCH_FN(ember::DeviceGuarded<at::native::quantized_index>::call));
   m.impl("flip", TORCH_FN(ember::flip));
   m.impl("index_select", TORCH_FN(ember::indexSelect));
   m.impl("equal", TORCH_FN(ember::equal));
