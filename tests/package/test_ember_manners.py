@@ -58,7 +58,7 @@ PROBE = textwrap.dedent(
         keys = ["CPU", "CUDA", "Meta", "BackendSelect", "Python", "Functionalize", "ADInplaceOrView",
                 "Autograd", "AutogradCPU", "AutogradCUDA", "AutocastCPU", "AutocastCUDA",
                 "CompositeImplicitAutograd", "CompositeExplicitAutograd", "Conjugate", "Negative",
-                "FuncTorchBatched", "FuncTorchDynamicLayerFrontMode", "ZeroTensor"]
+                "FuncTorchBatched", "FuncTorchDynamicLayerFrontMode", "ZeroTensor", "QuantizedCPU"]
         return {f"{key}:{op}" for key in keys
                 for op in torch._C._dispatch_get_registrations_for_dispatch_key(key)
                 if not op.startswith("ember::")}

@@ -9,9 +9,14 @@ in ember memory; operators the CPU has no quantized kernel for raise the CPU's N
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import pytest
 import torch
@@ -53,7 +58,9 @@ def data(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=generator) * 4
 
 
-def pair(qtype: torch.dtype = torch.quint8, shape: tuple[int, ...] = (4, 6)) -> tuple[torch.Tensor, torch.Tensor]:
+def pair(
+    qtype: torch.dtype = torch.quint8, shape: tuple[int, ...] = (4, 6)
+) -> tuple[torch.Tensor, torch.Tensor]:
     x = data(*shape)
     return (
         torch.quantize_per_tensor(x.to(EMBER), 0.1, 3, qtype),
@@ -261,7 +268,9 @@ COPIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "index_select": lambda q: q.index_select(1, torch.tensor([4, 0, 0, 2], device=q.device)),
     "index_select of a view": lambda q: q.t().index_select(0, torch.tensor([1, 3], device=q.device)),
     "tensor index": lambda q: q[torch.tensor([3, 0, 3], device=q.device)],
-    "tensor index on 2 dims": lambda q: q[torch.tensor([0, 2], device=q.device), torch.tensor([5, 1], device=q.device)],
+    "tensor index on 2 dims": lambda q: q[
+        torch.tensor([0, 2], device=q.device), torch.tensor([5, 1], device=q.device)
+    ],
     "boolean mask": lambda q: q[torch.tensor([True, False, True, True], device=q.device)],
 }
 
@@ -278,11 +287,14 @@ def test_shape_operators_equal_the_cpus(name: str, qtype: torch.dtype) -> None:
 def test_clone_and_views_of_per_channel_tensors_keep_the_quantizer() -> None:
     ember, cpu = per_channel(1)
     same(ember.clone(), cpu.clone())
-    # A per-channel tensor cannot be restrided: the CPU's flip and contiguous() of a transpose refuse, and so
-    # do ember's.
+    same(ember[1:], cpu[1:])
+    # A per-channel tensor cannot be restrided (as_strided): the CPU's transpose and flip refuse, and so do
+    # ember's.
     for q in (cpu, ember):
-        for call in (lambda: q.flip(2), lambda: q.transpose(0, 1).contiguous()):
-            with pytest.raises(RuntimeError, match="Setting strides is possible only on uniformly quantized tensor"):
+        for call in (partial(q.transpose, 0, 1), partial(q.flip, 2)):
+            with pytest.raises(
+                RuntimeError, match="Setting strides is possible only on uniformly quantized tensor"
+            ):
                 call()
     same(ember.unsqueeze(0), cpu.unsqueeze(0))  # the channel axis moves to 2
     assert ember.unsqueeze(0).q_per_channel_axis() == 2
@@ -317,7 +329,9 @@ def dynamic_linear(per_channel_weight: bool) -> DynamicLinear:
     weight = torch.randn(24, 40, generator=generator) * 0.1
     if per_channel_weight:
         scales = torch.rand(24, generator=generator) * 0.002 + 0.001
-        weight_q = torch.quantize_per_channel(weight, scales, torch.zeros(24, dtype=torch.long), 0, torch.qint8)
+        weight_q = torch.quantize_per_channel(
+            weight, scales, torch.zeros(24, dtype=torch.long), 0, torch.qint8
+        )
     else:
         weight_q = torch.quantize_per_tensor(weight, 0.002, 0, torch.qint8)
     module = DynamicLinear(40, 24)
@@ -352,7 +366,7 @@ def test_fbgemm_packed_weights_are_computed_by_ember_others_by_the_cpus_kernel()
             torch.backends.quantized.engine = engine
             module = dynamic_linear(False)
             x = data(8, 40).to(EMBER)
-            inside = ops_inside(lambda: module(x))
+            inside = ops_inside(partial(module, x))
             # ember's kernel quantizes the input and multiplies integers with ember's operators; the host
             # kernel calls the engine's code directly, which the profiler does not see.
             assert ("aten::quantize_per_tensor_dynamic" in inside) is on_ember
@@ -384,16 +398,24 @@ def test_an_operator_without_a_quantized_kernel_raises_the_cpus_error(call: Call
     on_cpu, on_ember = error_of(lambda: call(cpu)), error_of(lambda: call(ember))
     assert type(on_cpu) is type(on_ember) is NotImplementedError
     assert "'QuantizedCPU' backend" in str(on_cpu) and "'Quantizedember' backend" in str(on_ember)
-    assert str(on_ember).splitlines()[0] == str(on_cpu).splitlines()[0].replace("QuantizedCPU", "Quantizedember")
+    assert str(on_ember).splitlines()[0] == str(on_cpu).splitlines()[0].replace(
+        "QuantizedCPU", "Quantizedember"
+    )
 
 
 def test_refusals_use_the_cpus_words() -> None:
     ember, cpu = pair(torch.quint8)
     ember_channels, cpu_channels = per_channel(0)
     pairs = [
-        (lambda q, p: torch.empty(4, 6, device=q.device).copy_(q), "Copying from quantized Tensor to non-quantized"),
+        (
+            lambda q, p: torch.empty(4, 6, device=q.device).copy_(q),
+            "Copying from quantized Tensor to non-quantized",
+        ),
         (lambda q, p: p.index_select(0, torch.tensor([1], device=q.device)), "Only per_tensor quantized"),
-        (lambda q, p: torch.empty_strided((2,), (1,), dtype=torch.quint8, device=q.device), "empty_strided not"),
+        (
+            lambda q, p: torch.empty_strided((2,), (1,), dtype=torch.quint8, device=q.device),
+            "empty_strided not",
+        ),
         (lambda q, p: q.t().view(-1), "view size is not compatible"),
         (lambda q, p: p.q_scale(), "Expected quantizer->qscheme\\(\\) == kPerTensorAffine"),
         (
@@ -402,7 +424,51 @@ def test_refusals_use_the_cpus_words() -> None:
         ),
     ]
     for call, words in pairs:
-        on_cpu, on_ember = error_of(lambda: call(cpu, cpu_channels)), error_of(lambda: call(ember, ember_channels))
+        on_cpu, on_ember = (
+            error_of(partial(call, cpu, cpu_channels)),
+            error_of(partial(call, ember, ember_channels)),
+        )
         assert type(on_cpu) is type(on_ember), words
         for error in (on_cpu, on_ember):
             assert re.search(words, str(error)), (words, str(error))
+
+
+# The CPU's quantized tensors are untouched
+
+# Quantized CPU results, computed in a process without ember, in one with ember loaded by `import torch`,
+# and in this one.
+CPU_RESULTS = """
+import warnings
+import torch
+from torch.ao.nn.quantized.dynamic import Linear
+
+def results():
+    warnings.filterwarnings("ignore")
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 8, generator=g) * 3
+    q = torch.quantize_per_tensor(x, 0.05, 4, torch.qint8)
+    p = torch.quantize_per_channel(x, torch.rand(6, generator=g) + 0.01, torch.arange(6), 0, torch.quint8)
+    m = Linear(8, 3)
+    w = torch.quantize_per_tensor(torch.randn(3, 8, generator=g), 0.02, 0, torch.qint8)
+    m.set_weight_bias(w, torch.ones(3))
+    return {
+        "q": q.int_repr().tolist(), "p": p.int_repr().tolist(), "flip": q.flip(1).int_repr().tolist(),
+        "index": q[torch.tensor([4, 1])].int_repr().tolist(), "dequantize": p.dequantize().tolist(),
+        "linear": m(x).tolist(),
+    }
+"""
+
+
+def test_the_cpus_quantized_results_are_the_same_with_and_without_ember() -> None:
+    runs = {}
+    for autoload in ("0", "1"):
+        env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+        script = CPU_RESULTS + "\nimport json\nprint(json.dumps(results()))\n"
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        runs[autoload] = json.loads(done.stdout.strip().splitlines()[-1])
+    namespace: dict = {}
+    exec(CPU_RESULTS, namespace)
+    assert runs["0"] == runs["1"] == namespace["results"]()
