@@ -62,8 +62,8 @@ DEFAULT_SELECT = {
 # (reason, pattern searched in the failure's full text), first match wins.
 RULES: tuple[tuple[str, str], ...] = (
     (
-        "layout ember does not have (quantized or sparse)",
-        r"Quantizedember|Sparse(Csr)?ember|quantize_per_tensor|_empty_affine_quantized|to_sparse",
+        "layout ember does not have (sparse)",
+        r"Sparse(Csr)?ember|to_sparse",
     ),
     ("missing kernel", r"Could not run '|NotImplementedError|not implemented for '"),
     ("warning count", r"len\(w\)"),
