@@ -242,6 +242,7 @@ VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "narrow": lambda q: q.narrow(1, 2, 3),
     "unbind": lambda q: q.unbind(0)[1],
     "chunk": lambda q: q.chunk(2, dim=1)[1],
+    "unfold": lambda q: q.unfold(1, 2, 2),
 }
 
 

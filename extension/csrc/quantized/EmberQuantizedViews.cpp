@@ -13,6 +13,7 @@
 #include <ATen/ops/index_native.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/squeeze_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <ATen/ops/unsqueeze_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/quantized/QTensorImpl.h>
@@ -106,6 +107,7 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
                              const at::Tensor&, at::IntArrayRef)>(
                              at::native::squeeze_quantized)));
   m.impl("unsqueeze", TORCH_FN(at::native::unsqueeze_quantized));
+  m.impl("unfold", TORCH_FN(at::native::unfold)); // windows: as_strided
   // clone (and so contiguous): a new tensor with the same quantizer, then
   // copy_, which reaches ember's quantized _copy_from.
   m.impl("clone",
