@@ -354,6 +354,17 @@ def test_dynamic_linear_on_ember_equals_the_cpu_bit_for_bit(engine: str, per_cha
                 assert torch.equal(op(x.to(EMBER), packed, reduce_range).cpu(), op(x, packed, reduce_range))
 
 
+def test_dynamic_linear_refuses_what_the_cpu_refuses() -> None:
+    module = dynamic_linear(False)
+    for x, words in (
+        (data(2, 39), "The number of rows in the packB should be equal to K: 39"),
+        (data(40), "larger"),
+    ):
+        for device in ("cpu", EMBER):
+            with pytest.raises(RuntimeError, match=words):
+                module(x.to(device))
+
+
 def ops_inside(call: Callable[[], object]) -> set[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         call()

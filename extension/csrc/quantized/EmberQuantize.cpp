@@ -55,10 +55,10 @@ void perChannel(const char* op, Function function, bool quantizing,
   quantizedOnHost(op, {&from, &to, &scales, &zero_points},
                   [&](ptrdiff_t offset) {
                     const HostView host(offset);
-                    at::Tensor source = quantizing ? host(from)
-                                                   : hostQuantized(from, offset);
-                    at::Tensor target = quantizing ? hostQuantized(to, offset)
-                                                   : host(to);
+                    at::Tensor source =
+                        quantizing ? host(from) : hostQuantized(from, offset);
+                    at::Tensor target =
+                        quantizing ? hostQuantized(to, offset) : host(to);
                     function(source, target, host(scales), host(zero_points),
                              axis);
                   });
@@ -95,8 +95,10 @@ void dequantizePerChannelFloat(const at::Tensor& qtensor, at::Tensor& rtensor,
              false, qtensor, rtensor, scales, zero_points, axis);
 }
 
-// quint4x2 and quint2x4 (two or four values a byte) have stubs of their own;
-// the exported functions pick them by dtype.
+// quint4x2 and quint2x4 (two or four values a byte) have stubs of their own,
+// which the exported functions pick by dtype. They pass scale and zero point
+// as floats, converted from the quantizer's double and int64: converting
+// back gives the same values, and the CPU's stub converts them again.
 void quantizeSubByte(const at::Tensor& rtensor, at::Tensor& qtensor,
                      float scale, float zero_point) {
   quantizedOnHost("quantize_per_tensor", {&rtensor, &qtensor},
@@ -153,7 +155,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("quantize_per_tensor.tensors",
          TORCH_FN(at::native::quantize_per_tensor_list_cpu));
   m.impl("quantize_per_tensor_dynamic",
-         TORCH_FN(DeviceGuarded<at::native::quantize_per_tensor_dynamic>::call));
+         TORCH_FN(
+             DeviceGuarded<at::native::quantize_per_tensor_dynamic>::call));
   m.impl("quantize_per_channel",
          TORCH_FN(DeviceGuarded<at::native::quantize_per_channel>::call));
   // dequantize of a plain tensor is .to(float), as on the CPU.

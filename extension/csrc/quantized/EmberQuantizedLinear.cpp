@@ -81,8 +81,11 @@ void linearDynamic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto arguments = torch::jit::last(*stack, 3);
   const at::Tensor input = arguments[0].toTensor();
   // The custom-class object holds the C++ object in its one slot.
-  const auto packed = c10::static_intrusive_pointer_cast<LinearPackedParamsBase>(
-      arguments[1].toObject()->getSlot(0).toCapsule());
+  // (IValue::toCustomClass would check the class through a registry keyed by
+  // std::type_index, which is not reliable across shared libraries.)
+  const auto packed =
+      c10::static_intrusive_pointer_cast<LinearPackedParamsBase>(
+          arguments[1].toObject()->getSlot(0).toCapsule());
   const bool reduce_range = arguments[2].toBool();
   const bool relu = op.schema().name() == "quantized::linear_relu_dynamic";
   auto [weight, bias] = packed->unpack();
@@ -96,9 +99,11 @@ void linearDynamic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const c10::DeviceGuard guard(input.device());
   const int64_t k = weight.size(1), n = weight.size(0);
-  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == k, "The number of rows ",
-              "in the packB matrix must match the number of columns in the ",
-              "input: got ", input.size(-1), " and ", k);
+  // FBGEMM's checks, in its words.
+  TORCH_CHECK(input.dim() >= 2, "The dimension of input tensor should be ",
+              "larger than or equal to 2");
+  TORCH_CHECK(input.size(-1) == k, "The number of rows in the packB should be ",
+              "equal to K: ", input.size(-1));
   const at::Tensor x = input.reshape({-1, k}).contiguous();
   // 1. The input's integers, quantized on ember by the CPU's code.
   const at::Tensor xq = at::quantize_per_tensor_dynamic(x, at::kQUInt8,
