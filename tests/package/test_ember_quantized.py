@@ -264,6 +264,10 @@ COPIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "flatten of a transpose": lambda q: q.t().flatten(),
     "ravel of a transpose": lambda q: q.t().ravel(),
     "contiguous": lambda q: q.t().contiguous(),
+    "channels last": lambda q: q.view(1, 4, 2, 3).contiguous(memory_format=torch.channels_last),
+    "flip of channels last": lambda q: (
+        q.view(1, 4, 2, 3).contiguous(memory_format=torch.channels_last).flip(1)
+    ),
     "clone": lambda q: q.clone(),
     "clone of a slice": lambda q: q[:, 1::2].clone(),
     "index_select": lambda q: q.index_select(1, torch.tensor([4, 0, 0, 2], device=q.device)),
