@@ -130,7 +130,7 @@ def test_quantize_per_channel_is_the_cpus(axis: int, scales_on: str) -> None:
     ember, cpu = per_channel(axis, scales_on)
     same(ember, cpu)
     assert ember.qscheme() == torch.per_channel_affine and ember.q_per_channel_axis() == axis
-    # The parameters stay where they were given, as CUDA's do.
+    # The parameters stay where they were given.
     assert ember.q_per_channel_scales().device.type == scales_on
 
 
@@ -164,7 +164,8 @@ def test_empty_quantized_factories_allocate_on_ember_with_their_parameters() -> 
     assert p.device == EMBER and p.qscheme() == torch.per_channel_affine and p.q_per_channel_axis() == 0
     assert torch.equal(p.q_per_channel_scales().cpu(), scales)
     like = torch._empty_affine_quantized([4, 4], scale=0.25, zero_point=2, dtype=torch.qint32, device="cpu")
-    # From Python the device is the default device unless given (the binding fills it), as for CUDA.
+    # From Python, the device is the default device unless given: the binding fills it in, whatever the
+    # qtensor's device (torch.set_default_device('ember:1') makes a CPU qtensor's empty_quantized ember:1's).
     e = torch.empty_quantized([3], like.to(EMBER), device=EMBER)
     assert e.device == EMBER and e.dtype == torch.qint32 and (e.q_scale(), e.q_zero_point()) == (0.25, 2)
     u = torch.empty(3, dtype=torch.quint8, device=EMBER)  # an unknown quantizer, as on the CPU
