@@ -59,6 +59,8 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
            "mm", "mm.out", "addmm", "addmm.out", "_sparse_mm_reduce_impl",
            "_sparse_mm_reduce_impl_backward", "sparse_sampled_addmm",
            "sparse_sampled_addmm.out",
+           // dense.sparse_mask(csr): sampled_addmm's backward.
+           "sparse_mask",
            // Conversions between the layouts, and reductions.
            "_to_sparse.sparse_dim", "_to_sparse", "_to_sparse_csr",
            "_to_sparse_csc", "sum", "sum.dim_IntList",
