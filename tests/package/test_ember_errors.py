@@ -280,10 +280,6 @@ OUT_ON_CPU: dict[str, tuple[Callable[[torch.Tensor], object], str]] = {
     ),
     "cumsum": (lambda e: torch.cumsum(e, 0, out=torch.empty(0)), r"aten::cumsum\.out"),
     "cat": (lambda e: torch.cat([e, e], out=torch.empty(0)), r"aten::cat\.out"),
-    "index_select": (
-        lambda e: torch.index_select(e, 0, torch.tensor([0], device="ember"), out=torch.empty(0)),
-        r"aten::index_select\.out",
-    ),
     "clamp": (lambda e: torch.clamp(e, 0, 1, out=torch.empty(0)), r"aten::clamp\.out"),
     "max.dim": (
         lambda e: torch.max(e, 0, out=(torch.empty(0), _long(0))),
@@ -317,6 +313,9 @@ def test_a_structured_out_kernel_says_what_pytorchs_generated_kernels_say() -> N
 # Kernels on host views of the device's memory say the generic sentence, with ember's detail.
 OWN_KERNEL_OUT_ON_CPU: dict[str, Callable[[torch.Tensor], object]] = {
     "batch_norm_host_kernel": lambda e: torch.nn.functional.batch_norm(e.T, torch.zeros(2), torch.ones(2)),
+    "index_select_out": lambda e: torch.index_select(
+        e, 0, torch.tensor([0], device="ember"), out=torch.empty(0)
+    ),
 }
 
 
