@@ -23,14 +23,6 @@ EXPECTED_FILE = HERE / "opinfo_expected_failures.toml"
 Reasons = dict[str, tuple[str, str]]
 
 REASONS: Reasons = {
-    "sparse": (
-        r"'Sparse(Csr)?ember' backend",
-        "Sparse layouts are not supported on ember. The only kernels at SparsePrivateUse1 and "
-        "SparseCsrPrivateUse1 are chapter 02's empty.memory_format, which refuses a sparse layout with a "
-        "clear error; every other sparse operator has no kernel there (the error names the 'Sparseember' "
-        "backend), so a sparse tensor cannot be made on or moved to ember. Out of the book's scope, like "
-        "on many accelerator backends.",
-    ),
     "convolution": (
         r"convolution_overrideable",
         "ember's convolution computes 2-D, non-transposed convolutions of floating-point tensors; transposed, "

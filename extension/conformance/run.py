@@ -111,7 +111,7 @@ def _move_tensor(x: Any, device: str) -> Any:
 
     x = x.detach()
     if x.layout != torch.strided:
-        return x.to(device)  # sparse layouts: ember has none, and the error says so
+        return x.to(device)  # sparse layouts: `to` copies the members (csrc/sparse/)
     elements = x.untyped_storage().nbytes() // max(x.element_size(), 1)
     if x.is_contiguous() and x.storage_offset() == 0 and elements == x.numel():
         return x.to(device)

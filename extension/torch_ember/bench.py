@@ -77,6 +77,10 @@ backward formulas), and nothing else: an operator with an ember kernel, a stub, 
 composite that decomposes into ember kernels is not counted (target 0). The table lists the
 operators that fell back.
 
+Sparse tensors (``torch_ember.bench_sparse``, whose docstring defines them): ``sparse_mm_vs_cpu``
+and ``sparse_embedding_step_vs_cpu`` (ember / CPU, target <= 1.3), ``fallback_calls_sparse_embedding_step``
+(target 0).
+
 Context keys (microseconds, GB/s) end in ``_us`` or ``_gbps``; ``load_average`` is the
 machine's 1-minute load average when the run ended (other processes slow the CPU side more
 than ember's: a CPU operator that splits its work over all cores waits for the busiest one).
@@ -100,6 +104,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_ember
+from torch_ember import bench_sparse
 from torch_ember.bench_timing import Target, interleaved, median_us, ratio, synced, synchronize
 
 COPY_BYTES = 64 << 20
@@ -126,6 +131,7 @@ TARGETS: dict[str, Target] = {
     "graph_replay_vs_eager_small_ops": Target(0.3, at_most=True),
     "memory_history_overhead_mlp_step": Target(1.2, at_most=True),
     "profiler_overhead_mlp_step": Target(1.3, at_most=True),
+    **bench_sparse.TARGETS,
 }
 
 STABLE_KEYS = (
@@ -145,6 +151,9 @@ STABLE_KEYS = (
     "graph_replay_vs_eager_small_ops",
     "memory_history_overhead_mlp_step",
     "profiler_overhead_mlp_step",
+    "sparse_mm_vs_cpu",
+    "sparse_embedding_step_vs_cpu",
+    "fallback_calls_sparse_embedding_step",
 )
 
 
@@ -496,6 +505,7 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_graph(repeat, results)
     _measure_memory_history(repeat, results)
     _measure_profiler(repeat, results)
+    bench_sparse.measure(repeat, results, fallback_ops if fallback_ops is not None else {}, fallback_calls)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -525,6 +535,7 @@ ROWS = [
     ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
     ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
     ("MLP step: profiled (CPU + ember) / not", "profiler_overhead_mlp_step"),
+    *bench_sparse.TABLE_ROWS,
 ]
 
 

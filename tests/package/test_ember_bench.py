@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 import torch
 import torch_ember
-from torch_ember import bench, bench_distributed, bench_timing
+from torch_ember import bench, bench_distributed, bench_sparse, bench_timing
 
 
 def test_fallback_add_computes_on_the_cpu_and_returns_an_ember_tensor() -> None:
@@ -74,6 +74,17 @@ def test_training_steps_start_from_the_same_weights_on_every_device() -> None:
     for cpu, ember in zip(cpu_params, ember_params, strict=True):
         assert ember.device.type == "ember"
         torch.testing.assert_close(ember.cpu(), cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_the_sparse_embedding_step_is_the_same_step_on_both_devices() -> None:
+    # sparse_embedding_step_vs_cpu compares like with like: one step on each device, the same table.
+    cpu_step, ember_step = bench_sparse.EmbeddingStep("cpu"), bench_sparse.EmbeddingStep("ember")
+    cpu_step()
+    ember_step()
+    assert ember_step.embedding.weight.device.type == "ember"
+    torch.testing.assert_close(ember_step.embedding.weight.detach().cpu(), cpu_step.embedding.weight.detach())
+    assert bench.TARGETS["sparse_mm_vs_cpu"].met(1.3) and not bench.TARGETS["sparse_mm_vs_cpu"].met(1.31)
+    assert {"sparse_mm_vs_cpu", "sparse_embedding_step_vs_cpu"} <= set(bench.STABLE_KEYS)
 
 
 def test_a_compiled_training_step_equals_the_eager_one() -> None:

@@ -44,7 +44,8 @@ def expected() -> dict[str, str]:
 
 
 def test_expected_failures_file_is_well_formed(expected: dict[str, str]) -> None:
-    assert expected, "the expected-failures file lists nothing"
+    # It may list nothing (every pair equals the CPU's); whatever it lists must be well formed.
+    assert reasons.EXPECTED_FILE.is_file()
     for key, reason in expected.items():
         kind, _op, dtype = key.split(" ")
         assert kind in ("forward", "backward")
