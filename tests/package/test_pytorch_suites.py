@@ -69,7 +69,7 @@ def test_only_failures_the_cpu_passes_are_ember_only_and_each_has_a_reason(tmp_p
     assert summary["skipped_on_ember_passed_on_cpu"] == 1
     reasons = {key: info["reason"] for key, info in summary["ember_only"].items()}
     assert reasons == {
-        "TestFoo::test_b": "layout ember does not have (sparse)",
+        "TestFoo::test_b": "missing kernel",
         "TestFoo::test_c": "warning count",
     }  # test_e fails on both devices: not ember's
 
@@ -83,8 +83,9 @@ def test_a_verified_case_is_named_before_the_generic_rules() -> None:
     assert suites.classify("TestFoo::test_x", "something else") == "unclassified"
 
 
-def test_quantized_tensors_are_no_longer_a_layout_ember_lacks() -> None:
-    # Ember has quantized tensors (extension/csrc/quantized/): a quantized test that fails on ember alone is
-    # a missing kernel, which the script reports, not an accepted layout gap.
+def test_sparse_and_quantized_tensors_are_no_longer_layouts_ember_lacks() -> None:
+    # Ember has sparse and quantized tensors (extension/csrc/sparse/, quantized/): a test of either that
+    # fails on ember alone is a missing kernel, which the script reports, not an accepted layout gap.
     text = "NotImplementedError: Could not run 'aten::relu' with arguments from the 'Quantizedember' backend."
     assert suites.classify("TestFoo::test_x", text) == "missing kernel"
+    assert suites.classify("TestFoo::test_y", SPARSE) == "missing kernel"
