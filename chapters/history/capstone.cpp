@@ -38,12 +38,6 @@
 +  m.impl("native_dropout_backward", &ember::nativeDropoutBackwardAnyDtype);
 // ember-book: end random_registration.v2
 
-// ember-book: begin host_kernels.v1
-@@ -50,4 +50,2 @@ sha256:ea0fc87c51
-+      TORCH_CHECK(t->device() == device, "ember: ", op, " expects all ",
-+                  "tensors on ", device, ", got one on ", t->device());
-// ember-book: end host_kernels.v1
-
 // ember-book: begin random_dtypes.v1
 @@ -1,3 +0,0 @@ sha256:e03d74b341
 @@ -18,0 +16,6 @@
@@ -95,15 +89,21 @@
 // ember-book: end blas_ops.v2
 
 // ember-book: begin host_kernel.v1
-@@ -27,1 +26,0 @@ sha256:0a98b76b44
-@@ -50,2 +49,6 @@ sha256:b73037da6d
+@@ -3,2 +3,2 @@ sha256:1242d93ea0
++// onHost's check of each tensor, before the launch: the operator, the
++// device it runs on, and the tensor's.
+@@ -6,3 +6,2 @@ sha256:ccaf328d48
++  TORCH_CHECK(t.device() == device, "ember: ", op, " expects all tensors on ",
++              device, ", got one on ", t.device());
+@@ -35,1 +33,0 @@ sha256:0a98b76b44
+@@ -58,2 +56,6 @@ sha256:b73037da6d
 +    } else {
 +      // Only a CPU scalar may come along; the CPU kernel would take any
 +      // other CPU tensor as is, and mix devices behind the caller's back.
 +      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
 +                  "ember tensors (and CPU scalars), got a ", t.dim(),
 +                  "-D tensor on ", t.device());
-@@ -57,8 +59,0 @@ sha256:ddef532441
+@@ -65,8 +66,0 @@ sha256:ddef532441
 // ember-book: end host_kernel.v1
 
 // ember-book: begin nll_loss.v1

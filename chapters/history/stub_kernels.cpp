@@ -93,12 +93,12 @@
 @@ -16,1 +23,0 @@ sha256:4a5fe00eee
 // ember-book: end abs_stub.v1
 
-// ember-book: begin structured_out.v1
-@@ -17,9 +17,6 @@ sha256:8887ccf020
-+    TORCH_CHECK(options.dtype() == out_.dtype(), "ember: expected the out= ",
-+                "tensor to have dtype ", options.dtype(), ", but got ",
-+                out_.dtype());
-+    TORCH_CHECK(options.device() == out_.device(), "ember: expected the out= ",
-+                "tensor to be on ", options.device(), ", but got ",
-+                out_.device());
-// ember-book: end structured_out.v1
+// ember-book: begin resize_out.v1
+@@ -9,9 +9,6 @@ sha256:b6d956b93b
++  TORCH_CHECK(options.dtype() == out.dtype(), "ember: expected the out= ",
++              "tensor to have dtype ", options.dtype(), ", but got ",
++              out.dtype());
++  TORCH_CHECK(options.device() == out.device(), "ember: expected the out= ",
++              "tensor to be on ", options.device(), ", but got ",
++              out.device());
+// ember-book: end resize_out.v1

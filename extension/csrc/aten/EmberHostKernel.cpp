@@ -16,6 +16,14 @@
 // ember-book: begin host_kernel
 namespace ember {
 
+// onHost's check of each tensor, in PyTorch's words (its device checks say
+// the same for every backend); what ember ran follows in brackets.
+void checkOnDevice(const char* op, c10::Device device, const at::Tensor& t) {
+  TORCH_CHECK(t.device() == device, "Expected all tensors to be on the same ",
+              "device, but found at least two devices, ", device, " and ",
+              t.device(), "! (ember: ", op, " runs on ", device, ")");
+}
+
 // The dtypes chapter 04's elementwise loops and reductions are compiled for.
 bool loopsCompute(std::initializer_list<at::Tensor> tensors) {
   for (const at::Tensor& t : tensors) {

@@ -58,6 +58,10 @@ inline const at::Tensor& orUndefined(const std::optional<at::Tensor>& t) {
   return t.has_value() ? *t : undefined;
 }
 
+// Refuses a tensor that is not on `device`, naming the operator
+// (EmberHostKernel.cpp: compiled once, not in every onHost).
+void checkOnDevice(const char* op, c10::Device device, const at::Tensor& t);
+
 // Runs body(view) as one ember kernel over `tensors` (every ember tensor the
 // body reads or writes, inputs and outputs alike; null, undefined and 0-dim
 // CPU ones are skipped). They must be on `device`: checked here, before the launch,
@@ -69,10 +73,7 @@ void onHost(const char* op, c10::Device device,
   c10::SmallVector<const void*, 8> buffers;
   for (const at::Tensor* t : tensors) {
     if (t != nullptr && t->defined() && !(t->is_cpu() && t->dim() == 0)) {
-      TORCH_CHECK(t->device() == device, "Expected all tensors to be on ",
-                  "the same device, but found at least two devices, ", device,
-                  " and ", t->device(), "! (ember: ", op, " runs on ", device,
-                  ")");
+      checkOnDevice(op, device, *t);
       buffers.push_back(t->data_ptr());
     }
   }

@@ -2,13 +2,17 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/native/TensorIterator.h>
 
 #include <type_traits>
 
 // ember-book: begin structured_out
 namespace ember {
+
+// Checks the out= tensor against what meta() computed and resizes it
+// (resize_out, EmberStructured.cpp).
+void resizeOut(const at::Tensor& out, at::IntArrayRef sizes,
+               at::IntArrayRef strides, const at::TensorOptions& options);
 
 // A structured operator comes with a class per kernel, e.g.
 // at::native::structured_exp_out: meta() is ATen's shape, dtype and device
@@ -24,25 +28,7 @@ class StructuredOut final : public Native {
   void set_output_raw_strided(int64_t index, at::IntArrayRef sizes,
                               at::IntArrayRef strides,
                               at::TensorOptions options) override {
-    // In the words of the checks PyTorch generates for every backend's
-    // structured out= kernels (CUDA's say the same), which its tests and
-    // users match on.
-    TORCH_CHECK(options.dtype() == out_.dtype(), "Expected out tensor to ",
-                "have dtype ", options.dtype(), ", but got ", out_.dtype(),
-                " instead");
-    TORCH_CHECK(options.device() == out_.device(), "Expected out tensor to ",
-                "have device ", options.device(), ", but got ", out_.device(),
-                " instead");
-    // resize_output warns when it resizes a non-empty out= tensor, like CPU.
-    if (at::native::resize_output(out_, sizes)) {
-      // A fresh result takes the layout meta() suggests (the input's).
-      if (!strides.empty()) {
-        out_.as_strided_(sizes, strides);
-      } else if (options.memory_format_opt().has_value()) {
-        out_.unsafeGetTensorImpl()->empty_tensor_restride(
-            *options.memory_format_opt());
-      }
-    }
+    resizeOut(out_, sizes, strides, options);
     // TensorIterator-based ops record the output as their operand 0.
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Native>) {
       Native::set_output_raw_strided(index, sizes, strides, options);
