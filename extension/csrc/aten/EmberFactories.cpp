@@ -103,35 +103,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 } // namespace ember
 // ember-book: end empty_strided
 
-// The chapters' backend refuses sparse layouts (this part, chapter
-// minimal_ops). The package fills the sparse cells of the dispatch table in
-// csrc/sparse/ instead, empty.memory_format among them: the part stays here
-// for the chapters that show it, and the package does not compile it.
-#ifdef EMBER_STRIDED_ONLY
 // ember-book: begin sparse_factories
-namespace ember {
-
-// BackendSelect turns a sparse layout into the SparsePrivateUse1 or
-// SparseCsrPrivateUse1 key before any PrivateUse1 kernel runs, so
-// empty_memory_format never sees it: the layout check must sit at those keys.
-at::Tensor empty_sparse(
-    c10::SymIntArrayRef /*size*/, std::optional<c10::ScalarType> /*dtype*/,
-    std::optional<c10::Layout> layout, std::optional<c10::Device> /*device*/,
-    std::optional<bool> /*pin_memory*/,
-    std::optional<c10::MemoryFormat> /*memory_format*/) {
-  checkStridedLayout("aten::empty.memory_format", layout);
-  TORCH_INTERNAL_ASSERT(false, "ember: a sparse dispatch key with layout=",
-                        layoutName(c10::layout_or_default(layout)));
-}
-
-TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
-}
-
-TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
-}
-
-} // namespace ember
+// Chapter minimal_ops refused sparse layouts here, at the sparse keys'
+// empty.memory_format. The layouts chapter fills those keys (csrc/sparse/:
+// PyTorch's empty_sparse and empty_sparse_compressed, in a device guard), so
+// the refusal is gone: a key holds one kernel per operator.
 // ember-book: end sparse_factories
-#endif // EMBER_STRIDED_ONLY

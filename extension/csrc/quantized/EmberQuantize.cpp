@@ -1,5 +1,10 @@
 // Quantizing and dequantizing on ember: float tensors to quantized ones and
 // back, per tensor and per channel.
+#include "aten/EmberHostKernels.h"
+#include "aten/EmberLoops.h"
+#include "quantized/EmberQuantized.h"
+
+// ember-book: begin quantize_stubs
 #include <ATen/core/Tensor.h>
 #include <ATen/native/quantized/AffineQuantizer.h>
 #include <ATen/ops/dequantize_native.h>
@@ -7,10 +12,6 @@
 #include <ATen/ops/quantize_per_tensor_dynamic_native.h>
 #include <ATen/ops/quantize_per_tensor_native.h>
 #include <torch/library.h>
-
-#include "aten/EmberHostKernels.h"
-#include "aten/EmberLoops.h"
-#include "quantized/EmberQuantized.h"
 
 namespace ember {
 
@@ -138,7 +139,9 @@ EMBER_REGISTER_STUB(quantize_tensor_per_tensor_affine_sub_byte_stub,
                     &ember::quantizeSubByte);
 EMBER_REGISTER_STUB(dequantize_tensor_per_tensor_affine_sub_byte_stub,
                     &ember::dequantizeSubByte);
+// ember-book: end quantize_stubs
 
+// ember-book: begin quantize_ops
 // The operators. Their inputs are plain float tensors, so they dispatch to
 // PrivateUse1; ATen's generic functions make the quantizer and call the
 // stubs above, inside the input's device guard (DeviceGuarded). Without
@@ -171,3 +174,4 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("dequantize.tensors", // a loop of the above
          TORCH_FN(at::native::dequantize_tensors_quantized_cpu));
 }
+// ember-book: end quantize_ops

@@ -2,6 +2,7 @@
 // kernels of this folder see a quantized ember tensor's memory.
 #pragma once
 
+// ember-book: begin quantized_memory_api
 #include <ATen/core/Tensor.h>
 #include <ATen/quantized/Quantizer.h>
 #include <c10/core/Device.h>
@@ -87,3 +88,4 @@ struct DeviceGuarded<F> {
 };
 
 } // namespace ember
+// ember-book: end quantized_memory_api

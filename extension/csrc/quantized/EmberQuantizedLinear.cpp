@@ -1,6 +1,11 @@
 // Dynamic-quantized linear on ember: torch.ao.nn.quantized.dynamic.Linear's
 // operator, quantized::linear_dynamic (and linear_relu_dynamic), for an
 // ember input, computed on ember and equal to the CPU's result bit for bit.
+#include "aten/EmberHostKernels.h"
+#include "aten/EmberLaunch.h"
+#include "quantized/EmberQuantized.h"
+
+// ember-book: begin quantized_linear
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -20,10 +25,6 @@
 #include <cstring>
 #include <typeinfo>
 #include <vector>
-
-#include "aten/EmberHostKernels.h"
-#include "aten/EmberLaunch.h"
-#include "quantized/EmberQuantized.h"
 
 namespace ember {
 
@@ -148,3 +149,4 @@ TORCH_LIBRARY_IMPL(quantized, PrivateUse1, m) {
   m.impl("linear_relu_dynamic",
          torch::CppFunction::makeFromBoxedFunction<&ember::linearDynamic>());
 }
+// ember-book: end quantized_linear

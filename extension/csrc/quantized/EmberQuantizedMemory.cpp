@@ -1,4 +1,8 @@
 // The three views of a quantized ember tensor's memory (EmberQuantized.h).
+#include "aten/EmberLaunch.h"
+#include "quantized/EmberQuantized.h"
+
+// ember-book: begin quantized_memory
 #include <ATen/core/Tensor.h>
 #include <ATen/quantized/QTensorImpl.h>
 #include <ATen/quantized/Quantizer.h>
@@ -12,9 +16,6 @@
 #include <c10/util/SmallVector.h>
 
 #include <optional>
-
-#include "aten/EmberLaunch.h"
-#include "quantized/EmberQuantized.h"
 
 namespace ember {
 
@@ -104,3 +105,4 @@ void checkWholeBytes(const char* op, const at::Tensor& q) {
 }
 
 } // namespace ember
+// ember-book: end quantized_memory

@@ -1,6 +1,9 @@
 // Quantized tensors on ember: creating them, reading their parameters and
 // integers, copying them between devices, and pointing them at a storage
 // (what torch.load does).
+#include "quantized/EmberQuantized.h"
+
+// ember-book: begin quantized_tensors
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_empty_affine_quantized_native.h>
 #include <ATen/ops/_empty_per_channel_affine_quantized_native.h>
@@ -20,8 +23,6 @@
 #include <ATen/quantized/Quantizer.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
-
-#include "quantized/EmberQuantized.h"
 
 namespace ember {
 
@@ -150,3 +151,4 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
          TORCH_FN(DeviceGuarded<static_cast<FillTensor>(
                       at::native::fill_quantized_)>::call));
 }
+// ember-book: end quantized_tensors

@@ -2,6 +2,9 @@
 // quantized kernels for (flip, index_select, indexing, clone, equal, and the
 // view primitives the composite operators reduce to: flatten, ravel,
 // reshape, transpose, permute, select, slice, contiguous).
+#include "quantized/EmberQuantized.h"
+
+// ember-book: begin quantized_views
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -22,8 +25,6 @@
 #include <torch/library.h>
 
 #include <bitset>
-
-#include "quantized/EmberQuantized.h"
 
 namespace ember {
 
@@ -120,3 +121,4 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("index_select", TORCH_FN(ember::indexSelect));
   m.impl("equal", TORCH_FN(ember::equal));
 }
+// ember-book: end quantized_views

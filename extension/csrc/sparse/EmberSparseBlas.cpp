@@ -2,6 +2,10 @@
 // a dense one. The product itself is the CPU's kernel on host views
 // (EmberSparseHost.h), writing into an ember result in place: no copy of the
 // inputs or of the result.
+#include "sparse/EmberSparseGuard.h"
+#include "sparse/EmberSparseHost.h"
+
+// ember-book: begin sparse_addmm
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_sparse_mm_native.h>
 #include <ATen/ops/mm_native.h>
@@ -10,9 +14,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Scalar.h>
 #include <torch/library.h>
-
-#include "sparse/EmberSparseGuard.h"
-#include "sparse/EmberSparseHost.h"
 
 namespace ember::sparse {
 namespace {
@@ -49,3 +50,4 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("addmm.out", ember::sparse::hostKernel());
   m.impl("addmm_", ember::sparse::hostKernel());
 }
+// ember-book: end sparse_addmm

@@ -9,6 +9,10 @@
 //   its own), run on host views of the members (EmberSparseHost.h).
 // An operator in neither list has no Sparseember kernel, as sigmoid has no
 // SparseCPU one: calling it raises the dispatcher's NotImplementedError.
+#include "sparse/EmberSparseGuard.h"
+#include "sparse/EmberSparseHost.h"
+
+// ember-book: begin sparse_coo_structure
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_dimI_native.h>
@@ -36,9 +40,6 @@
 #include <ATen/ops/zero_native.h>
 #include <ATen/ops/zeros_native.h>
 #include <torch/library.h>
-
-#include "sparse/EmberSparseGuard.h"
-#include "sparse/EmberSparseHost.h"
 
 namespace {
 // The two overloads of the _to_sparse kernels: (self, sparse_dim) and
@@ -94,7 +95,9 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("_to_sparse",
          EMBER_SPARSE_ON_DEVICE(ToSparse, at::native::sparse_coo_to_sparse));
 }
+// ember-book: end sparse_coo_structure
 
+// ember-book: begin sparse_coo_to_sparse
 // A dense ember tensor's to_sparse(): nonzero, index and the constructor, on
 // ember (CPU and CUDA share this kernel). Without it the call would fall back
 // to the CPU and copy the whole dense tensor there and back.
@@ -104,7 +107,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_to_sparse",
          EMBER_SPARSE_ON_DEVICE(ToSparse, at::native::dense_to_sparse));
 }
+// ember-book: end sparse_coo_to_sparse
 
+// ember-book: begin sparse_coo_arithmetic
 // Arithmetic: the CPU's kernels on host views. Every name here has a
 // SparseCPU kernel; the sparse host kernel redispatches to it.
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
@@ -134,3 +139,4 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
     m.impl(name, hostKernel());
   }
 }
+// ember-book: end sparse_coo_arithmetic

@@ -2,6 +2,10 @@
 // row of the dispatch table, built as the COO row is (EmberSparseCoo.cpp):
 // structure by PyTorch's device-generic kernels, on the ember members
 // themselves; arithmetic by the CPU's kernels (SparseCsrCPU) on host views.
+#include "sparse/EmberSparseGuard.h"
+#include "sparse/EmberSparseHost.h"
+
+// ember-book: begin sparse_csr
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_to_dense_native.h>
@@ -20,9 +24,6 @@
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/zero_native.h>
 #include <torch/library.h>
-
-#include "sparse/EmberSparseGuard.h"
-#include "sparse/EmberSparseHost.h"
 
 // Structure: PyTorch's device-generic kernels (SparseCsrCUDA's too). The
 // constructor needs none: _sparse_compressed_tensor_unsafe builds the
@@ -78,3 +79,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_to_sparse_csr",
          EMBER_SPARSE_GUARDED(at::native::dense_to_sparse_csr));
 }
+// ember-book: end sparse_csr

@@ -8,6 +8,9 @@
 //   of the gradient).
 // Both are the CPU's kernels on host views of ember's memory (the boxed host
 // kernel of aten/EmberHostKernels.h), writing into an ember result in place.
+#include "aten/EmberHostKernels.h"
+
+// ember-book: begin sparse_dense_ops
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
@@ -15,8 +18,6 @@
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
-
-#include "aten/EmberHostKernels.h"
 
 namespace ember {
 namespace {
@@ -48,3 +49,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("pow.Tensor_Scalar_out",
          torch::CppFunction::makeFromBoxedFunction<&ember::hostKernel>());
 }
+// ember-book: end sparse_dense_ops

@@ -2,6 +2,7 @@
 // device guard PyTorch's code generator gives its own backends' kernels.
 #pragma once
 
+// ember-book: begin sparse_guard
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceGuard.h>
@@ -57,3 +58,4 @@ struct OnDevice<R(Args...), Kernel> {
 
 // The same for a kernel with one overload.
 #define EMBER_SPARSE_GUARDED(fn) EMBER_SPARSE_ON_DEVICE(decltype(fn), fn)
+// ember-book: end sparse_guard

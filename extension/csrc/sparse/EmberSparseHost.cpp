@@ -6,8 +6,11 @@
 // host views of the ember members, without a copy, and handed to the CPU's
 // kernel. Only the results it allocates are copied, to the device, after the
 // launch.
-#include "sparse/EmberSparseHost.h"
 
+#include "sparse/EmberSparseHost.h"
+#include "aten/EmberHostKernels.h"
+
+// ember-book: begin sparse_host_twins
 #include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseCsrTensorUtils.h>
 #include <ATen/SparseTensorImpl.h>
@@ -22,8 +25,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "aten/EmberHostKernels.h"
 
 namespace ember::sparse {
 
@@ -101,7 +102,9 @@ struct Result {
 };
 
 } // namespace
+// ember-book: end sparse_host_twins
 
+// ember-book: begin sparse_host_kernel
 void sparseHostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = c10::toString(schema.operator_name());
@@ -243,3 +246,4 @@ void sparseHostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 } // namespace ember::sparse
+// ember-book: end sparse_host_kernel

@@ -4,6 +4,7 @@
 // the operators whose kernels are the CPU's alone in PyTorch.
 #pragma once
 
+// ember-book: begin sparse_host_api
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -30,3 +31,4 @@ inline torch::CppFunction hostKernel() {
 }
 
 } // namespace ember::sparse
+// ember-book: end sparse_host_api
