@@ -6,9 +6,10 @@
 - tests/package/: the installed package torch_ember, in a process of its own (its conftest.py).
 
 pytest puts tests/ on the path when it imports this conftest (run from the repository's root,
-every run does), so helpers used by more than one folder live here: checkpoints.py (chapter 12's
-tests and the package's serialization tests) and saved_outputs.py (the rule the chapters' saved
-outputs keep, which book.display.errors keeps too).
+every run does), so helpers shared by test files live here: checkpoints.py (chapter 12's tests and
+the package's serialization tests), saved_outputs.py (the rule the chapters' saved outputs keep,
+which book.display.errors keeps too) and book_child.py (a fresh interpreter for the tests of
+chapters 13 and 19).
 The fixtures below are for the book's process (tests/book and tests/chapters), not the package's.
 """
 

@@ -7,15 +7,9 @@ everything that registers a name runs in a child process.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
+from book_child import child_facts
 
-from book.paths import REPO
 from book.run.chapter import Chapter, chapters
 
 CHILD_TIMEOUT_SECONDS = 600
@@ -23,17 +17,8 @@ CHILD_TIMEOUT_SECONDS = 600
 
 def child(code: str) -> dict:
     """Run `code` in a fresh interpreter (autoload off, as in the book); it prints one JSON object last."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", EMBER_BOOK_BATCH="1"),
-        timeout=CHILD_TIMEOUT_SECONDS,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    facts = json.loads(result.stdout.strip().splitlines()[-1])
-    facts["stderr"] = result.stderr
+    facts, stderr = child_facts(code, CHILD_TIMEOUT_SECONDS)
+    facts["stderr"] = stderr
     return facts
 
 

@@ -7,15 +7,11 @@ child process that prints its facts as JSON.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from book_child import child_facts
 
-from book.paths import REPO
 from book.run.chapter import Chapter
 
 CHILD_TIMEOUT_SECONDS = 900
@@ -188,16 +184,8 @@ def layouts() -> dict:
         print(json.dumps(facts))
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", EMBER_BOOK_BATCH="1"),
-        timeout=CHILD_TIMEOUT_SECONDS,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    facts, _ = child_facts(code, CHILD_TIMEOUT_SECONDS)
+    return facts
 
 
 def test_a_sparse_embedding_gradient_is_a_coo_tensor_on_ember(layouts: dict) -> None:
