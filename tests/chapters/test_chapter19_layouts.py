@@ -43,7 +43,7 @@ def test_the_chapter_builds_the_sparse_and_quantized_parts_after_the_contracts()
     assert chapter.index == Chapter.of("contracts").index + 1
     own = {part.name for part in chapter.parts()}
     assert set(SPARSE_PARTS) | set(QUANTIZED_PARTS) | {"sparse_factories"} <= own
-    # Two build cells: the sparse rows, then the quantized row on top of them.
+    # Three build cells: COO, the rest of the sparse rows, then the quantized row on top of them.
     first, second = chapter.build_cells()[-2:]
     assert set(SPARSE_PARTS) <= {part.name for part in first}
     assert set(QUANTIZED_PARTS) <= {part.name for part in second}
