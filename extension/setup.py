@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -42,6 +43,21 @@ def sources() -> list[str]:
     return [f"csrc/{name}" for name in found]
 
 
+# The backend is two libraries. libtorch_ember.so is all of it but the Python bindings, and links
+# no Python: a C++ program (an AOTInductor package's runner, extension/runner/) loads it to get
+# the ember device. torch_ember._C is the bindings (pybind11, libtorch_python), over it.
+BINDINGS = "csrc/bindings/"
+CORE = "torch_ember.libtorch_ember"
+
+
+def core_sources() -> list[str]:
+    return [name for name in sources() if not name.startswith(BINDINGS)]
+
+
+def binding_sources() -> list[str]:
+    return [name for name in sources() if name.startswith(BINDINGS)]
+
+
 class BuildPy(build_py):
     """setuptools' build_py, which also drops modules the package no longer has.
 
@@ -75,7 +91,22 @@ class PchBuildExtension(BuildExtension):
     launcher in CXX, or if precompiling fails, the files compile as before, without a PCH.
     """
 
+    def get_ext_filename(self, fullname: str) -> str:
+        # The core library is a plain shared library (no Python ABI tag): the runner links it by name.
+        # (distutils asks with the full name or with its last part, and keeps the file's name.)
+        if fullname in (CORE, CORE.rpartition(".")[2]):
+            return str(Path(*fullname.split(".")[:-1], "libtorch_ember.so"))
+        return super().get_ext_filename(fullname)
+
     def build_extensions(self) -> None:
+        # _C links the core library, found beside it at run time ($ORIGIN).
+        core_dir = str(Path(self.get_ext_fullpath(CORE)).parent)
+        for extension in self.extensions:
+            if extension.name != CORE:
+                extension.library_dirs = [*extension.library_dirs, core_dir]
+        return self._build_extensions_with_pch()
+
+    def _build_extensions_with_pch(self) -> None:
         # torch's private function (torch is pinned, pyproject.toml): if it changes, no PCH, not a failure.
         write_and_compile = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
         if write_and_compile is None:
@@ -96,7 +127,9 @@ class PchBuildExtension(BuildExtension):
         compiler = cpp_extension.get_cxx_compiler()
         if not PCH_HEADER.is_file() or not is_clang(compiler):
             return []
-        pch = Path(build_directory) / "pch" / "pch.h.pch"
+        # One PCH per command line: the two libraries' flags differ (TORCH_EXTENSION_NAME).
+        flags = hashlib.sha256(" ".join([*cflags, *post_cflags]).encode()).hexdigest()[:12]
+        pch = Path(build_directory) / "pch" / flags / "pch.h.pch"
         # The files' rule is `$cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags` (flags shell-quoted).
         # -fpch-instantiate-templates: the headers' template instantiations are done once, in the PCH.
         command = [
@@ -143,16 +176,31 @@ def _pch_stamp(command: list[str], pch: Path) -> dict:
     return {"command": command, "inputs": inputs}
 
 
+def core_library() -> CppExtension:
+    core = CppExtension(
+        name=CORE,
+        sources=core_sources(),
+        include_dirs=[str(CSRC), str(KINETO)],
+        # BuildExtension adds -std=c++20 itself (what torch 2.13 is built with).
+        # -g0: debug info doubles compile time and nobody steps through a simulator.
+        extra_compile_args=["-O2", "-g0"],
+    )
+    # CppExtension links libtorch_python, for pybind11 modules: the core has no Python.
+    core.libraries = [name for name in core.libraries if name != "torch_python"]
+    return core
+
+
 setup(
     ext_modules=[
+        core_library(),
         CppExtension(
             name="torch_ember._C",
-            sources=sources(),
+            sources=binding_sources(),
             include_dirs=[str(CSRC), str(KINETO)],
-            # BuildExtension adds -std=c++20 itself (what torch 2.13 is built with).
-            # -g0: debug info doubles compile time and nobody steps through a simulator.
             extra_compile_args=["-O2", "-g0"],
-        )
+            libraries=[":libtorch_ember.so"],
+            extra_link_args=["-Wl,-rpath,$ORIGIN"],
+        ),
     ],
     cmdclass={"build_ext": PchBuildExtension, "build_py": BuildPy},
 )

@@ -15,7 +15,10 @@ they build their own backend, and a process holds only one.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import sys
+from pathlib import Path
 
 # The package's one version number: pyproject.toml reads it from here (a literal, so setuptools
 # reads it without importing the package).
@@ -64,12 +67,18 @@ def _check_privateuse1_is_free() -> None:
 
 _check_privateuse1_is_free()
 
-# Loading _C registers the allocator, the device guard and the kernels.
+# Loading _C loads the backend's library (libtorch_ember.so, beside it), which registers the
+# allocator, the device guard and the kernels; _C is its Python bindings.
 from torch_ember import _C, device_module  # noqa: E402
 from torch_ember.driver import Driver  # noqa: E402
 
-# The driver's C API is compiled into _C: the device module calls it there.
-device_module.attach(Driver(_C.__file__))
+# The backend without Python: what a C++ program loads (extension/runner/). Made global, as such a
+# program loads it: AOTInductor's generated code calls ember's C shim (aoti_torch_ember_*) in it.
+LIBRARY = Path(_C.__file__).with_name("libtorch_ember.so")
+ctypes.CDLL(str(LIBRARY), mode=os.RTLD_GLOBAL)
+
+# The driver's C API is compiled into the library: the device module calls it there.
+device_module.attach(Driver(str(LIBRARY)))
 
 
 def _register() -> None:
@@ -93,18 +102,26 @@ _register()
 # After the renaming, so that what they register is registered for the "ember" device type:
 # - custom_ops: the Python custom operators (ember::soft_shrink, ember::soft_shrink_);
 # - compiler: torch.compile and torch.export on ember (Dynamo's device interface, Inductor's
-#   ember backend), whose generated kernels launch through emberLaunchCompiled in _C.
+#   ember backend), whose generated kernels launch through emberLaunchCompiled in LIBRARY.
 # - autograd_threads: a backward on ember, then exit, must not abort at interpreter shutdown.
 from torch_ember import autograd_threads, compiler, custom_ops  # noqa: E402,F401
 from torch_ember.compiler import deferred  # noqa: E402
 
 autograd_threads.register(BACKEND_NAME, device_module.device_count())
 
-compiler.use_launcher(_C.__file__)
+compiler.use_launcher(LIBRARY)
 # Dynamo's part as soon as Dynamo is imported: torch.compile(backend="eager") traces ember's
 # streams too, and never imports Inductor.
 deferred.run_after_import(lambda: compiler.device_interface.register(device_module), ["torch._dynamo"])
-deferred.run_after_import(lambda: compiler.register(device_module, _C.__file__))
+
+
+def _register_compiler() -> None:
+    compiler.register(device_module, LIBRARY)
+    # cpp_wrapper=True and AOTInductor: ember's C++ wrapper with its C shim (compiler/aoti.py).
+    compiler.aoti.register()
+
+
+deferred.run_after_import(_register_compiler)
 
 # Forward-mode AD through the fused recurrent cells: registered when PyTorch registers its own forward-AD
 # decompositions (the first make_dual imports the module below).

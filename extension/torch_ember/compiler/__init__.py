@@ -27,7 +27,7 @@ from . import kernel_entry as kernel_entry
 __all__ = ["launcher_address", "register", "use_launcher"]
 
 # Imported on first use (PEP 562): they import torch._dynamo and torch._inductor.
-_HEAVY = ("device_interface", "inductor")
+_HEAVY = ("aoti", "device_interface", "inductor")
 
 
 def __getattr__(name: str) -> ModuleType:
