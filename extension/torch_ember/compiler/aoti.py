@@ -33,12 +33,10 @@ __all__ = ["SHIM", "EmberAotiWrapper", "register", "shim_ops"]
 # Ember's C shim: operator name (the C function's suffix) -> its C declaration, the CPU
 # shim's signature with the device type's name. The definitions: csrc/aoti/EmberShim.cpp.
 SHIM: dict[str, str] = {
-    "mm_out": "aoti_torch_ember_mm_out(AtenTensorHandle out, AtenTensorHandle self, "
-    "AtenTensorHandle mat2)",
+    "mm_out": "aoti_torch_ember_mm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2)",
     "addmm_out": "aoti_torch_ember_addmm_out(AtenTensorHandle out, AtenTensorHandle self, "
     "AtenTensorHandle mat1, AtenTensorHandle mat2, double beta, double alpha)",
-    "bmm_out": "aoti_torch_ember_bmm_out(AtenTensorHandle out, AtenTensorHandle self, "
-    "AtenTensorHandle mat2)",
+    "bmm_out": "aoti_torch_ember_bmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2)",
     "convolution": "aoti_torch_ember_convolution(AtenTensorHandle input, AtenTensorHandle weight, "
     "AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len_, const int64_t* padding, "
     "int64_t padding_len_, const int64_t* dilation, int64_t dilation_len_, int32_t transposed, "
