@@ -22,9 +22,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from torch._inductor import ir
+import torch
+from torch._inductor import codecache, ir
 from torch._inductor.codegen.common import register_backend_for_device
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+from torch._inductor.virtualized import V
 
 from .inductor import CodegenVersion, EmberCppWrapper, EmberPythonWrapper, EmberScheduling
 
@@ -33,12 +35,10 @@ __all__ = ["SHIM", "EmberAotiWrapper", "register", "shim_ops"]
 # Ember's C shim: operator name (the C function's suffix) -> its C declaration, the CPU
 # shim's signature with the device type's name. The definitions: csrc/aoti/EmberShim.cpp.
 SHIM: dict[str, str] = {
-    "mm_out": "aoti_torch_ember_mm_out(AtenTensorHandle out, AtenTensorHandle self, "
-    "AtenTensorHandle mat2)",
+    "mm_out": "aoti_torch_ember_mm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2)",
     "addmm_out": "aoti_torch_ember_addmm_out(AtenTensorHandle out, AtenTensorHandle self, "
     "AtenTensorHandle mat1, AtenTensorHandle mat2, double beta, double alpha)",
-    "bmm_out": "aoti_torch_ember_bmm_out(AtenTensorHandle out, AtenTensorHandle self, "
-    "AtenTensorHandle mat2)",
+    "bmm_out": "aoti_torch_ember_bmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2)",
     "convolution": "aoti_torch_ember_convolution(AtenTensorHandle input, AtenTensorHandle weight, "
     "AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len_, const int64_t* padding, "
     "int64_t padding_len_, const int64_t* dilation, int64_t dilation_len_, int32_t transposed, "
@@ -104,6 +104,33 @@ class EmberAotiWrapper(EmberCppWrapper):
             declarations = "\n".join(f"AOTI_TORCH_EXPORT AOTITorchError {SHIM[op]};" for op in SHIM)
             self.header.splice(f'extern "C" {{\n{declarations}\n}}')
 
+    def _write_constants_unpacking(self) -> None:
+        if not V.graph.aot_mode or not any(_on_ember(t) for t in V.graph.constants.values()):
+            super()._write_constants_unpacking()
+            return
+        self.header.splice(CONSTANTS_ON_EMBER)
+        for index, (name, tensor) in enumerate(V.graph.constants.items()):
+            constant = f"constants_->at({index})"
+            if _on_ember(tensor):
+                constant = f"torch_ember_aoti::onEmber({constant}, this->device_idx_)"
+            self.prefix.writeline(f"[[maybe_unused]] ConstantHandle {name} = {constant};")
+
+    def codegen_model_constructor(self) -> None:
+        # The runtime loads each weight on the model's device type or on the CPU: ember's
+        # model is a CPU one (csrc/aoti/EmberAotiRunner.cpp), so ember's weights are
+        # described as CPU weights, and copied to ember at the first run.
+        original = V.graph.get_original_value_of_constant
+
+        def on_host(name: str) -> torch.Tensor:
+            value = original(name)
+            return value.cpu() if _on_ember(value) else value
+
+        V.graph.get_original_value_of_constant = on_host  # type: ignore[method-assign]
+        try:
+            super().codegen_model_constructor()
+        finally:
+            del V.graph.get_original_value_of_constant
+
     def generate_c_shim_fallback_kernel(self, fallback_kernel: ir.FallbackKernel, args: list[str]) -> None:
         device = fallback_kernel.get_device()
         kernel = str(fallback_kernel.cpp_kernel_name)
@@ -123,6 +150,46 @@ class EmberAotiWrapper(EmberCppWrapper):
         )
 
 
+def _on_ember(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "ember"
+
+
+# A weight on ember, copied from the host copy AOTInductor's runtime loaded, once per
+# host tensor (a swapped constant buffer is a new host tensor, so it is copied again).
+CONSTANTS_ON_EMBER = r"""
+#include <mutex>
+#include <unordered_map>
+namespace torch_ember_aoti {
+using torch::aot_inductor::ConstantHandle;
+using torch::aot_inductor::RAIIAtenTensorHandle;
+inline ConstantHandle onEmber(const ConstantHandle& host, int32_t device_index) {
+  static std::mutex mutex;
+  static std::unordered_map<AtenTensorHandle, RAIIAtenTensorHandle> copies;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = copies.find(host.get());
+  if (found == copies.end()) {
+    int64_t ndim = 0;
+    int64_t* sizes = nullptr;
+    int64_t* strides = nullptr;
+    int32_t dtype = 0;
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dim(host.get(), &ndim));
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_sizes(host.get(), &sizes));
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_strides(host.get(), &strides));
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(host.get(), &dtype));
+    AtenTensorHandle copy = nullptr;
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+        ndim, sizes, strides, dtype, aoti_torch_device_type_privateuse1(),
+        device_index < 0 ? 0 : device_index, &copy));
+    RAIIAtenTensorHandle owned(copy);
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(copy, host.get(), 0));
+    found = copies.emplace(host.get(), std::move(owned)).first;
+  }
+  return ConstantHandle(found->second.get());
+}
+} // namespace torch_ember_aoti
+"""
+
+
 class _CodegenVersion(CodegenVersion):
     """Inductor's cache key of ember's codegen (`inductor.CodegenVersion`), with this
     module's source: a changed wrapper must not load packages the old one generated."""
@@ -131,6 +198,30 @@ class _CodegenVersion(CodegenVersion):
         super().__init__()
         this = Path(__file__).read_bytes()
         self._codegen = hashlib.sha256(self._codegen.encode() + this).hexdigest()
+
+
+def _headers_as_cpu() -> None:
+    """AOTInductor precompiles the header of the graph's device type,
+    torch/csrc/inductor/aoti_include/<type>.h, which PyTorch ships for cpu, cuda, xpu
+    and mps. Ember's kernels and wrapper are the CPU's C++: they take the CPU's header.
+    Inductor picks it in two functions of its codecache, wrapped once for ember only."""
+    if getattr(codecache, "_ember_headers", False):
+        return
+    codecache._ember_headers = True  # type: ignore[attr-defined]
+    wrapper_header = codecache._get_cpp_wrapper_header
+    prefix_header = codecache._get_cpp_prefix_header
+
+    def as_cpu(device: str) -> str:
+        return "cpu" + device[len("ember") :] if device.startswith("ember") else device
+
+    def get_cpp_wrapper_header(device: str, aot_mode: bool = False) -> str:
+        return wrapper_header(as_cpu(device), aot_mode)
+
+    def get_cpp_prefix_header(device: str) -> str | None:
+        return prefix_header(as_cpu(device))
+
+    codecache._get_cpp_wrapper_header = get_cpp_wrapper_header
+    codecache._get_cpp_prefix_header = get_cpp_prefix_header
 
 
 def register() -> None:
@@ -143,3 +234,4 @@ def register() -> None:
         EmberAotiWrapper,
         device_custom_pass=_CodegenVersion(),
     )
+    _headers_as_cpu()
