@@ -72,6 +72,15 @@ def _op_suffix(kernel: str) -> str:
     return tokens[-2] if tokens[-1] == "call" else tokens[-1]
 
 
+def _check_in_shim(kernel: str, op: str) -> None:
+    if op not in _shim_ops:
+        raise NotImplementedError(
+            f"ember: the C++ wrapper (cpp_wrapper=True, AOTInductor) cannot call {kernel} "
+            f"on ember: ember's C shim has no aoti_torch_ember_{op} (it has "
+            f"{', '.join(sorted(_shim_ops)) or 'none'}); compile without cpp_wrapper"
+        )
+
+
 class EmberAotiWrapper(EmberCppWrapper):
     """Ember's C++ wrapper, with calls to ATen operators: through ember's C shim where
     it has the operator, through the dispatcher by name otherwise."""
@@ -89,20 +98,21 @@ class EmberAotiWrapper(EmberCppWrapper):
     def get_c_shim_func_name(kernel: str, device: str) -> str:
         if device != "ember" or kernel.startswith("aoti_torch_"):
             return CppWrapperCpu.get_c_shim_func_name(kernel, device)
-        return f"aoti_torch_ember_{_op_suffix(kernel)}"
+        op = _op_suffix(kernel)
+        # An extern kernel's at::<op>_out: Inductor writes its call with this name, and has
+        # no route by name for it. (A fallback kernel outside the shim is asked here for a
+        # comment only: its call goes by name, generate_c_shim_fallback_kernel.)
+        if op.endswith("_out"):
+            _check_in_shim(kernel, op)
+        return f"aoti_torch_ember_{op}"
 
     def generate_c_shim_extern_kernel_call(
         self, kernel: str, args: list[str], device: str, **kwargs: Any
     ) -> None:
         # An extern kernel (a product's at::<op>_out) has no route by name in Inductor: the
         # shim has it, or the graph cannot be compiled with the C++ wrapper on ember.
-        op = _op_suffix(kernel)
-        if device == "ember" and not kernel.startswith("aoti_torch_") and op not in _shim_ops:
-            raise NotImplementedError(
-                f"ember: the C++ wrapper (cpp_wrapper=True, AOTInductor) cannot call {kernel} "
-                f"on ember: ember's C shim has no aoti_torch_ember_{op} (it has "
-                f"{', '.join(sorted(_shim_ops)) or 'none'}); compile without cpp_wrapper"
-            )
+        if device == "ember" and not kernel.startswith("aoti_torch_"):
+            _check_in_shim(kernel, _op_suffix(kernel))
         super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
 
     def add_device_include(self, device: str) -> None:
