@@ -3,7 +3,7 @@ csrc/aoti/), and the C++ runner that runs a package without Python (extension/ru
 
 One package holds every kind of call the C++ wrapper makes on ember: Inductor-generated kernels
 (the ReLUs, the additions) and ATen operators through ember's C shim: `mm`, `addmm`, `bmm`,
-`convolution` and attention (SDPA). It is compiled once (a module fixture: an AOTInductor compile
+`convolution`, attention (SDPA) and `topk`. It is compiled once (a module fixture: an AOTInductor compile
 takes tens of seconds), loaded with `aoti_load_package` and compared with eager on ember, then run
 by the C++ runner, built here with the runner's Makefile, and compared again.
 
@@ -47,13 +47,14 @@ class Deployed(nn.Module):
 
     def forward(
         self, image: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         features = torch.relu(self.conv(image)).flatten(2)  # (2, 4, 16)
         hidden = torch.relu(self.linear(features.reshape(-1, 16)))  # (8, 8)
         hidden = (hidden @ self.weight + 1).reshape(2, 4, 8)
         gram = torch.bmm(hidden, hidden.transpose(1, 2))  # bmm
         attended = F.scaled_dot_product_attention(query, key, value) * 2  # SDPA
-        return gram, attended
+        top = torch.topk(attended.flatten(), 3).values  # topk
+        return gram, attended, top
 
 
 def inputs(device: str) -> tuple[torch.Tensor, ...]:
