@@ -91,8 +91,12 @@ int main(int argc, char** argv) {
     for (const at::Tensor& output : loader.run(inputs)) {
       printOutput(output);
     }
+  } catch (const c10::Error& error) {  // PyTorch's message, without its C++ stack
+    std::fprintf(stderr, "ember_aoti_runner: %s: %s\n", argv[1],
+                 error.what_without_backtrace());
+    return 1;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s\n", error.what());
+    std::fprintf(stderr, "ember_aoti_runner: %s: %s\n", argv[1], error.what());
     return 1;
   }
   return 0;

@@ -77,8 +77,9 @@ from torch_ember.driver import Driver  # noqa: E402
 LIBRARY = Path(_C.__file__).with_name("libtorch_ember.so")
 ctypes.CDLL(str(LIBRARY), mode=os.RTLD_GLOBAL)
 
-# The driver's C API is compiled into the library: the device module calls it there.
-device_module.attach(Driver(str(LIBRARY)))
+# The driver's C API is compiled into the library, the bindings' C entry points into _C: the device
+# module looks both up through _C (a symbol lookup in _C searches the libraries it links too).
+device_module.attach(Driver(_C.__file__))
 
 
 def _register() -> None:

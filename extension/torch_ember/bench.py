@@ -77,6 +77,9 @@ backward formulas), and nothing else: an operator with an ember kernel, a stub, 
 composite that decomposes into ember kernels is not counted (target 0). The table lists the
 operators that fell back.
 
+AOTInductor (``torch_ember.bench_aoti``, whose docstring defines them): ``aoti_vs_compiled``
+(target <= 1.1), ``aoti_dispatcher_vs_shim``.
+
 Sparse tensors (``torch_ember.bench_sparse``, whose docstring defines them): ``sparse_mm_vs_cpu``
 and ``sparse_embedding_step_vs_cpu`` (ember / CPU, target <= 1.3), ``fallback_calls_sparse_embedding_step``
 (target 0).
@@ -104,7 +107,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_ember
-from torch_ember import bench_sparse
+from torch_ember import bench_aoti, bench_sparse
 from torch_ember.bench_timing import Target, interleaved, median_us, ratio, synced, synchronize
 
 COPY_BYTES = 64 << 20
@@ -132,6 +135,7 @@ TARGETS: dict[str, Target] = {
     "memory_history_overhead_mlp_step": Target(1.2, at_most=True),
     "profiler_overhead_mlp_step": Target(1.3, at_most=True),
     **bench_sparse.TARGETS,
+    **bench_aoti.TARGETS,
 }
 
 STABLE_KEYS = (
@@ -154,6 +158,7 @@ STABLE_KEYS = (
     "sparse_mm_vs_cpu",
     "sparse_embedding_step_vs_cpu",
     "fallback_calls_sparse_embedding_step",
+    "aoti_vs_compiled",
 )
 
 
@@ -506,6 +511,7 @@ def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None)
     _measure_memory_history(repeat, results)
     _measure_profiler(repeat, results)
     bench_sparse.measure(repeat, results, fallback_ops if fallback_ops is not None else {}, fallback_calls)
+    bench_aoti.measure(repeat, results, mlp)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -536,6 +542,7 @@ ROWS = [
     ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
     ("MLP step: profiled (CPU + ember) / not", "profiler_overhead_mlp_step"),
     *bench_sparse.TABLE_ROWS,
+    *bench_aoti.TABLE_ROWS,
 ]
 
 

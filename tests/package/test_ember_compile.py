@@ -394,13 +394,17 @@ def test_cpp_wrapper_equals_eager() -> None:
     check_compiled(fn, sample(6, 8), options={"cpp_wrapper": True})
 
 
-def test_cpp_wrapper_refuses_aten_operators_it_has_no_shim_for() -> None:
-    # The C++ wrapper calls an ATen operator it does not generate (mm) through a C shim
-    # that PyTorch generates for cpu, cuda, xpu and mps only: a clear error, not C++
-    # that fails to compile.
-    x, w = sample(6, 8).to(EMBER), sample(8, 5, seed=1).to(EMBER)
-    with pytest.raises(InductorError, match=r"ember: cpp_wrapper=True cannot call at::mm_out"):
-        torch.compile(lambda x, w: torch.relu(x @ w) * 3, options={"cpp_wrapper": True})(x, w)
+def test_cpp_wrapper_calls_aten_operators_through_embers_shim() -> None:
+    # The C++ wrapper calls an ATen operator it does not generate (mm) through a C shim:
+    # ember's (csrc/aoti/EmberShim.cpp, test_ember_aoti.py). One it lacks is a clear error,
+    # not C++ that fails to compile.
+    x, w = sample(6, 8), sample(8, 5, seed=1)
+    compiled = torch.compile(lambda x, w: torch.relu(x @ w) * 3, options={"cpp_wrapper": True})
+    torch.testing.assert_close(compiled(x.to(EMBER), w.to(EMBER)).cpu(), torch.relu(x @ w) * 3)
+    b = sample(2, 3, 4, seed=2).to(EMBER)
+    x3, w3 = sample(2, 3, 5, seed=3).to(EMBER), sample(2, 5, 4, seed=4).to(EMBER)
+    with pytest.raises(InductorError, match=r"ember's C shim has no aoti_torch_ember_baddbmm_out"):
+        torch.compile(lambda b, x, w: torch.baddbmm(b, x, w), options={"cpp_wrapper": True})(b, x3, w3)
 
 
 def test_dynamic_batch_sizes_compile_once() -> None:

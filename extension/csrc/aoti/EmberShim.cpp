@@ -111,4 +111,18 @@ aoti_torch_ember__scaled_dot_product_fused_attention_overrideable(
   });
 }
 
+// A cheap operator Inductor falls back to (no lowering): the benchmark compares
+// the shim with the by-name route on it (bench_aoti.py, aoti_dispatcher_vs_shim).
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_ember_topk(
+    AtenTensorHandle self, int64_t k, int64_t dim, int32_t largest,
+    int32_t sorted, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    const at::Tensor& input = *tensor_handle_to_tensor_pointer(self);
+    checkOnEmber(input, "topk");
+    auto [values, indices] = at::topk(input, k, dim, largest != 0, sorted != 0);
+    if (ret0 != nullptr) *ret0 = new_tensor_handle(std::move(values));
+    if (ret1 != nullptr) *ret1 = new_tensor_handle(std::move(indices));
+  });
+}
+
 } // extern "C"

@@ -52,6 +52,8 @@ SHIM: dict[str, str] = {
         "AtenTensorHandle* ret2, AtenTensorHandle* ret3, int64_t* ret4, int64_t* ret5, "
         "AtenTensorHandle* ret6, AtenTensorHandle* ret7, AtenTensorHandle* ret8)"
     ),
+    "topk": "aoti_torch_ember_topk(AtenTensorHandle self, int64_t k, int64_t dim, int32_t largest, "
+    "int32_t sorted, AtenTensorHandle* ret0, AtenTensorHandle* ret1)",
 }
 
 # The operators the generated code calls through the shim; fallback operators outside it
@@ -68,6 +70,15 @@ def _op_suffix(kernel: str) -> str:
     """`at::addmm_out` -> addmm_out; `at::_ops::convolution::call` -> convolution."""
     tokens = kernel.split("::")
     return tokens[-2] if tokens[-1] == "call" else tokens[-1]
+
+
+def _check_in_shim(kernel: str, op: str) -> None:
+    if op not in _shim_ops:
+        raise NotImplementedError(
+            f"ember: the C++ wrapper (cpp_wrapper=True, AOTInductor) cannot call {kernel} "
+            f"on ember: ember's C shim has no aoti_torch_ember_{op} (it has "
+            f"{', '.join(sorted(_shim_ops)) or 'none'}); compile without cpp_wrapper"
+        )
 
 
 class EmberAotiWrapper(EmberCppWrapper):
@@ -88,13 +99,21 @@ class EmberAotiWrapper(EmberCppWrapper):
         if device != "ember" or kernel.startswith("aoti_torch_"):
             return CppWrapperCpu.get_c_shim_func_name(kernel, device)
         op = _op_suffix(kernel)
-        if op not in _shim_ops:  # an extern kernel Inductor has no by-name route for
-            raise NotImplementedError(
-                f"ember: the C++ wrapper (cpp_wrapper=True, AOTInductor) cannot call {kernel} "
-                f"on ember: ember's C shim has no aoti_torch_ember_{op} (it has "
-                f"{', '.join(sorted(_shim_ops)) or 'none'}); compile without cpp_wrapper"
-            )
+        # An extern kernel's at::<op>_out: Inductor writes its call with this name, and has
+        # no route by name for it. (A fallback kernel outside the shim is asked here for a
+        # comment only: its call goes by name, generate_c_shim_fallback_kernel.)
+        if op.endswith("_out"):
+            _check_in_shim(kernel, op)
         return f"aoti_torch_ember_{op}"
+
+    def generate_c_shim_extern_kernel_call(
+        self, kernel: str, args: list[str], device: str, **kwargs: Any
+    ) -> None:
+        # An extern kernel (a product's at::<op>_out) has no route by name in Inductor: the
+        # shim has it, or the graph cannot be compiled with the C++ wrapper on ember.
+        if device == "ember" and not kernel.startswith("aoti_torch_"):
+            _check_in_shim(kernel, _op_suffix(kernel))
+        super().generate_c_shim_extern_kernel_call(kernel, args, device, **kwargs)
 
     def add_device_include(self, device: str) -> None:
         first = device not in self.included_devices
