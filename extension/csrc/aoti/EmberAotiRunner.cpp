@@ -12,6 +12,7 @@
 // cpu, cuda, xpu or mps only, so ember's model is created as a CPU one; the
 // generated code allocates its buffers on ember (PrivateUse1) regardless, and copies
 // the weights to ember (torch_ember/compiler/aoti.py, onEmber).
+// ember-book: begin aoti_runner
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
 #include <memory>
@@ -52,3 +53,4 @@ const torch::inductor::RegisterAOTIModelRunner kRegisterEmberRunner(
     "ember", &createEmberRunner);
 
 } // namespace
+// ember-book: end aoti_runner

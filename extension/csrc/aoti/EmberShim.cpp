@@ -10,6 +10,7 @@
 //
 // No Python here: the shim is part of the library a C++ program loads
 // (libtorch_ember.so), and resolved by the generated package at load time.
+// ember-book: begin aoti_shim
 #include <ATen/ATen.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
@@ -126,3 +127,4 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_ember_topk(
 }
 
 } // extern "C"
+// ember-book: end aoti_shim

@@ -81,6 +81,7 @@ def _check_in_shim(kernel: str, op: str) -> None:
         )
 
 
+# ember-book: begin aoti_wrapper
 class EmberAotiWrapper(EmberCppWrapper):
     """Ember's C++ wrapper, with calls to ATen operators: through ember's C shim where
     it has the operator, through the dispatcher by name otherwise."""
@@ -167,6 +168,9 @@ class EmberAotiWrapper(EmberCppWrapper):
             node.export_extern_kernel_node(),
             node.outputs if node.outputs else node.mutation_outputs,
         )
+
+
+# ember-book: end aoti_wrapper
 
 
 def _on_ember(tensor: Any) -> bool:
