@@ -115,6 +115,22 @@ def test_cpp_wrapper_compile_equals_eager(model: Deployed) -> None:
             torch.testing.assert_close(output.cpu(), eager.cpu())
 
 
+def test_header_choice_is_pytorchs_for_every_other_device(package: Path) -> None:
+    """Ember wraps Inductor's choice of precompiled header when it first makes an ember C++
+    wrapper (the package fixture did): ember gets the CPU's, every other device PyTorch's own."""
+    from torch._inductor import codecache
+
+    assert aoti._pytorch_headers is not None
+    wrapper_header, prefix_header = aoti._pytorch_headers
+    assert codecache._get_cpp_wrapper_header is not wrapper_header
+    for device in ("cpu", "cuda", "cuda:1", "xpu", "mps", "meta"):
+        for aot_mode in (False, True):
+            assert codecache._get_cpp_wrapper_header(device, aot_mode) == wrapper_header(device, aot_mode)
+        assert codecache._get_cpp_prefix_header(device) == prefix_header(device)
+    assert codecache._get_cpp_wrapper_header("ember", True) == wrapper_header("cpu", True)
+    assert codecache._get_cpp_prefix_header("ember:0") == prefix_header("cpu:0")
+
+
 def test_extern_call_without_shim_is_a_clear_error() -> None:
     wrapper = aoti.EmberAotiWrapper.__new__(aoti.EmberAotiWrapper)  # the check comes before any codegen
     with pytest.raises(NotImplementedError) as raised:

@@ -93,6 +93,9 @@ class EmberAotiWrapper(EmberCppWrapper):
         parent_wrapper: Any,
         partition_signatures: Any = None,
     ) -> Any:
+        # Inductor picks the precompiled header by device type and has none for ember:
+        # from the first ember C++ wrapper on, ember's is the CPU's (not at import).
+        _headers_as_cpu()
         return EmberAotiWrapper()
 
     @staticmethod
@@ -223,16 +226,23 @@ class _CodegenVersion(CodegenVersion):
         self._codegen = hashlib.sha256(self._codegen.encode() + this).hexdigest()
 
 
+# PyTorch's two header choices, kept when ember wraps them (None until it does).
+_pytorch_headers: tuple[Any, Any] | None = None
+
+
 def _headers_as_cpu() -> None:
     """AOTInductor precompiles the header of the graph's device type,
     torch/csrc/inductor/aoti_include/<type>.h, which PyTorch ships for cpu, cuda, xpu
     and mps. Ember's kernels and wrapper are the CPU's C++: they take the CPU's header.
-    Inductor picks it in two functions of its codecache, wrapped once for ember only."""
-    if getattr(codecache, "_ember_headers", False):
+    Inductor picks it in two functions of its codecache and has no per-device hook for it
+    (2.13): they are wrapped once, when Inductor first makes an ember C++ wrapper, and
+    answer as before for every other device (tests/package/test_ember_aoti.py)."""
+    global _pytorch_headers
+    if _pytorch_headers is not None:
         return
-    codecache._ember_headers = True  # type: ignore[attr-defined]
     wrapper_header = codecache._get_cpp_wrapper_header
     prefix_header = codecache._get_cpp_prefix_header
+    _pytorch_headers = (wrapper_header, prefix_header)
 
     def as_cpu(device: str) -> str:
         return "cpu" + device[len("ember") :] if device.startswith("ember") else device
@@ -257,4 +267,3 @@ def register() -> None:
         EmberAotiWrapper,
         device_custom_pass=_CodegenVersion(),
     )
-    _headers_as_cpu()
