@@ -15,10 +15,17 @@ EXTENSION_SOURCES := $(shell find extension -type f \( -name '*.cpp' -o -name '*
 
 .PHONY: book test setup extension lint sync-check execute bench conformance lab clean
 
-$(VENV)/.installed: requirements.txt
+# What the package's build needs first (torch and ninja, at requirements.txt's pins): `make test` starts
+# compiling the package while the rest installs.
+BUILD_REQUIREMENTS = $(shell grep -E '^(torch|ninja|numpy)==' requirements.txt)
+$(VENV)/.build-requirements: requirements.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# --no-compile: no bytecode for all of torch and Jupyter now; Python writes it for what it imports.
+	$(PY) -m pip install --quiet --no-compile $(BUILD_REQUIREMENTS)
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.build-requirements
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
 	# Make `import book` work from the notebooks without installing the book.
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ember-book.pth"
@@ -39,7 +46,7 @@ setup: $(VENV)/.installed $(VENV)/.labextension-installed
 # Clang uses GCC's C++ library and ABI, as the chapters' builds do), else the system's c++.
 EXTENSION_CXX ?= $(or $(shell command -v clang++ 2>/dev/null),c++)
 
-$(VENV)/.extension-installed: $(VENV)/.installed $(EXTENSION_SOURCES)
+$(VENV)/.extension-installed: $(VENV)/.build-requirements $(EXTENSION_SOURCES)
 	CXX=$(EXTENSION_CXX) TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -m pip install --quiet --no-build-isolation --no-deps ./extension
 	touch $@
 
@@ -50,24 +57,31 @@ book: setup
 
 # The book's own tests and the finished extension's tests run in separate
 # processes: each loads a PrivateUse1 backend, and a process holds only one.
-# The package compiles (ninja; Clang where installed, see EXTENSION_CXX)
-# while the book's tests run: they build their own backends and never import it. The book's tests
-# run in two processes (pytest-xdist, a test file's tests in one): their cold chapter builds
-# share the caches safely (files are written under private names and renamed into place), and a unit
-# or library that one process is compiling is not compiled again by the other, which waits for its
-# file (book.builds.toolchain.claim). Test files must not depend on which files ran before them in their
-# process (xdist deals them to the two workers as they free up).
+# The package compiles (ninja; Clang where installed, see EXTENSION_CXX) from the moment torch is
+# installed, while the rest of requirements.txt installs (mostly waiting on the disk) and the checks run.
+# Then the book's tests and the notebooks (nbval; chapters 13 and 14 use the installed package) run in
+# one session of two processes (pytest-xdist, a test file's tests or a notebook's cells in one process,
+# each notebook in a kernel of its own), dealt in the order given (--no-loadscope-reorder): the
+# notebooks, then the chapters' tests, then the book's many short ones, so that no long file is dealt
+# last to leave one core idle at the end. Their cold chapter builds share the caches safely (files are
+# written under private names and renamed into place), and a unit or library that one process is
+# compiling is not compiled again by the other, which waits for its file (book.builds.toolchain.claim).
+# Test files must not depend on which files ran before them in their process (xdist deals them to the
+# two processes as they free up).
+# Last, the package's tests, and beside them the reader's path: JupyterLab as `make lab` starts it, in
+# which headless Chromium runs chapters 02 and 13 through its UI, on copies in a temporary folder (the
+# chapter builds are cached by now; it mostly waits on the browser, so it shares the cores well).
 # The slowest tests are listed (--durations): on a cold clone they show where CI's time goes.
-test: setup lint sync-check
+test: $(VENV)/.build-requirements
 	$(MAKE) --no-print-directory extension > $(VENV)/extension-build.log 2>&1 & build=$$!; \
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 tests/book tests/chapters --ignore=tests/chapters/test_lab_live.py; \
-	tests=$$?; wait $$build || { cat $(VENV)/extension-build.log; exit 1; }; exit $$tests
-	$(PYTEST) -n 2 --dist loadfile --durations=12 tests/package
-	# nbval: two notebooks at a time (pytest-xdist), each notebook's cells in one worker (loadfile), one kernel each.
-	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --durations=12 --nbval chapters --nbval-sanitize-with tests/chapters/sanitize.cfg
-	# The reader's path, last (the chapter builds are cached by now): JupyterLab as `make lab` starts it,
-	# headless Chromium runs chapters 02 and 13 through its UI, on copies in a temporary folder.
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/chapters/test_lab_live.py
+	$(MAKE) --no-print-directory setup lint sync-check; checks=$$?; \
+	wait $$build || { cat $(VENV)/extension-build.log; exit 1; }; exit $$checks
+	EMBER_BOOK_BATCH=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder \
+		--durations=20 --nbval chapters --nbval-sanitize-with tests/chapters/sanitize.cfg \
+		tests/chapters tests/book --ignore=tests/chapters/test_lab_live.py
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTEST) tests/chapters/test_lab_live.py > $(VENV)/lab-test.log 2>&1 & lab=$$!; \
+	$(PYTEST) -n 2 --dist loadfile --durations=12 tests/package; tests=$$?; \
+	wait $$lab; lab=$$?; cat $(VENV)/lab-test.log; [ $$tests -eq 0 ] && [ $$lab -eq 0 ]
 
 lint: setup
 	$(RUFF) check $(RUFF_ARGS) --select E,F,W,I,UP,B --ignore E501 book tests extension

@@ -497,21 +497,49 @@ def _measure_profiler(repeat: int, results: dict[str, float]) -> None:
     results["profiler_overhead_mlp_step"] = statistics.median(profiled) / statistics.median(plain)
 
 
-def measure(repeat: int = 200, fallback_ops: dict[str, list[str]] | None = None) -> dict[str, float]:
-    """Run every benchmark once; the figures under their keys (`fallback_ops` gets the operators that fell back)."""
+# The measurements by name, in the order they run (`--only` picks some).
+PARTS = (
+    "add",
+    "copies",
+    "allocator",
+    "pinned",
+    "steps",
+    "compiled",
+    "graph",
+    "memory_history",
+    "profiler",
+    "sparse",
+    "aoti",
+)
+
+
+def measure(
+    repeat: int = 200,
+    fallback_ops: dict[str, list[str]] | None = None,
+    only: frozenset[str] | None = None,
+) -> dict[str, float]:
+    """Run every benchmark (or those `only` names, of PARTS) once; the figures under their keys
+    (`fallback_ops` gets the operators that fell back)."""
     results: dict[str, float] = {}
+    fallbacks = fallback_ops if fallback_ops is not None else {}
+    parts = {
+        "add": lambda: _measure_add(repeat, results),
+        "copies": lambda: _measure_copies(repeat, results),
+        "allocator": lambda: _measure_allocator(repeat, results),
+        "pinned": lambda: _measure_pinned(repeat, results),
+        "steps": lambda: _measure_steps(repeat, results, fallbacks),
+        "compiled": lambda: _measure_compiled(repeat, results),
+        "graph": lambda: _measure_graph(repeat, results),
+        "memory_history": lambda: _measure_memory_history(repeat, results),
+        "profiler": lambda: _measure_profiler(repeat, results),
+        "sparse": lambda: bench_sparse.measure(repeat, results, fallbacks, fallback_calls),
+        "aoti": lambda: bench_aoti.measure(repeat, results, mlp),
+    }
+    assert tuple(parts) == PARTS
     torch_ember.device_module.set_device(0)
-    _measure_add(repeat, results)
-    _measure_copies(repeat, results)
-    _measure_allocator(repeat, results)
-    _measure_pinned(repeat, results)
-    _measure_steps(repeat, results, fallback_ops if fallback_ops is not None else {})
-    _measure_compiled(repeat, results)
-    _measure_graph(repeat, results)
-    _measure_memory_history(repeat, results)
-    _measure_profiler(repeat, results)
-    bench_sparse.measure(repeat, results, fallback_ops if fallback_ops is not None else {}, fallback_calls)
-    bench_aoti.measure(repeat, results, mlp)
+    for name, run in parts.items():
+        if only is None or name in only:
+            run()
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -546,15 +574,35 @@ ROWS = [
 ]
 
 
+_CONTEXT_KEYS = (
+    "add_1m_cpu_us",
+    "latency_1elem_cpu_us",
+    "latency_1elem_ember_us",
+    "synchronize_us",
+    "ember_synchronize_us",
+    "memcpy_gbps",
+    "alloc_free_cached_us",
+    "alloc_free_driver_us",
+    "mlp_step_cpu_us",
+    "cnn_step_cpu_us",
+    "compiled_mlp_step_cpu_us",
+    "pointwise_chain_eager_us",
+)
+
+
 def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None = None) -> str:
     width = max(len(label) for label, _ in ROWS)
     lines = [f"{'figure':<{width}}  {'value':>8}  {'target':>7}  met", "-" * (width + 25)]
     for label, key in ROWS:
+        if key not in results:  # a part `--only` left out
+            continue
         value = results[key]
         shown = f"{value:8.0f}" if key.startswith("fallback_calls") else f"{value:7.2f}x"
         target = TARGETS.get(key)
         met = "" if target is None else ("yes" if target.met(value) else "NO")
         lines.append(f"{label:<{width}}  {shown}  {str(target or ''):>7}  {met}")
+    if not set(_CONTEXT_KEYS) <= results.keys():  # some parts left out: no context line
+        return "\n".join(lines)
     lines.append(
         f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, of 1 element "
         f"{results['latency_1elem_cpu_us']:.1f} us, ember's {results['latency_1elem_ember_us']:.1f} us; "
@@ -611,7 +659,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="instead: eccl's collectives and DDP on 2 spawned ranks (torch_ember.bench_distributed)",
     )
+    parser.add_argument(
+        "--only",
+        type=lambda text: frozenset(text.split(",")),
+        help=f"only these measurements, comma-separated, of: {', '.join(PARTS)}",
+    )
     args = parser.parse_args(argv)
+    if args.only is not None and not args.only <= set(PARTS):
+        parser.error(
+            f"--only: unknown {', '.join(sorted(args.only - set(PARTS)))} (known: {', '.join(PARTS)})"
+        )
     if args.profile is not None:
         print(profile_step(args.profile))
         return
@@ -625,7 +682,7 @@ def main(argv: list[str] | None = None) -> None:
             args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         return
     fallback_ops: dict[str, list[str]] = {}
-    results = measure(args.repeat, fallback_ops)
+    results = measure(args.repeat, fallback_ops, args.only)
     assert all(math.isfinite(value) for value in results.values()), results
     print(table(results, fallback_ops))
     if args.json is not None:

@@ -252,6 +252,21 @@ def test_the_command_writes_every_key_with_a_finite_value(tmp_path: Path) -> Non
         assert label in done.stdout
 
 
+def test_only_measures_the_named_parts_and_refuses_an_unknown_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bench.json"
+    bench.main(["--only", "add,allocator", "--repeat", "2", "--json", str(path)])
+    results = json.loads(path.read_text())
+    assert {"add_1m_vs_cpu", "latency_1elem_vs_cpu", "cached_alloc_speedup"} <= results.keys()
+    assert not {"h2d_vs_memcpy", "mlp_step_vs_cpu", "aoti_vs_compiled"} & results.keys()
+    shown = capsys.readouterr().out
+    assert "add, 1 element (ember / CPU)" in shown and "MLP training step" not in shown
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "add,warp_speed"])
+    assert "--only: unknown warp_speed" in capsys.readouterr().err
+
+
 def test_profile_shows_where_a_steps_time_goes_on_both_devices(capsys: pytest.CaptureFixture[str]) -> None:
     bench.main(["--profile", "mlp"])
     printed = capsys.readouterr().out
