@@ -368,6 +368,10 @@ def test_profile_plot_reads_an_ember_profile() -> None:
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
     ) as prof:
         y = x * 2
+        # The profiler ties an allocation to a tensor only through an operator's inputs: `x * 2`
+        # allocates its result inside aten::mul (ember's functional kernel, like the CPU's), so y
+        # is used once before it is freed.
+        y.add_(1)
         del y
     snapshot = _memory_viz._profile_to_snapshot(prof)
     allocs = [e for trace in snapshot["device_traces"] for e in trace if e["action"] == "alloc"]

@@ -127,6 +127,39 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 } // namespace ember
 // ember-book: end binary_ops
 
+// Functional kernels for the four (EmberStructured.h says why): one meta(),
+// the result allocated directly, and the out= kernel above when the loops
+// lack a dtype. In-place add_ etc. stay PyTorch's composite over add.out.
+namespace ember {
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other,
+               const at::Scalar& alpha) {
+  return structuredBinary<at::native::structured_ufunc_add_CPU>(
+      &add_out, self, other, alpha);
+}
+at::Tensor sub(const at::Tensor& self, const at::Tensor& other,
+               const at::Scalar& alpha) {
+  return structuredBinary<at::native::structured_sub_out>(&sub_out, self,
+                                                          other, alpha);
+}
+at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
+  return structuredBinary<at::native::structured_mul_out>(&mul_out, self,
+                                                          other);
+}
+at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
+  return structuredBinary<at::native::structured_div_out>(&div_out, self,
+                                                          other);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.Tensor", &add);
+  m.impl("sub.Tensor", &sub);
+  m.impl("mul.Tensor", &mul);
+  m.impl("div.Tensor", &div);
+}
+
+} // namespace ember
+
 // ember-book: begin comparison_ops
 #pragma GCC push_options
 #pragma GCC optimize("O3")

@@ -1,9 +1,13 @@
 // Running ATen's structured kernels (meta + impl) for ember out= tensors.
 #pragma once
 
+#include <c10/core/DeviceGuard.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/TensorIterator.h>
+#include <c10/core/Allocator.h>
 
+#include <initializer_list>
 #include <type_traits>
 
 // ember-book: begin structured_out
@@ -55,3 +59,74 @@ at::Tensor& structuredOut(at::Tensor& out, const Args&... args) {
 
 } // namespace ember
 // ember-book: end structured_out
+
+// Functional structured kernels (outside the book's region: a package-only
+// shortcut). Without a kernel of its own for a functional operator such as
+// aten::add.Tensor, ember gets PyTorch's CompositeExplicitAutogradNonFunctional
+// one: meta() builds a TensorIterator, the result is allocated through
+// aten::empty, and then aten::add.out runs meta() and builds the iterator
+// again. For a small tensor that second pass, and the dispatcher's trip to
+// aten::empty, cost as much as the kernel. PyTorch's code generator gives CPU
+// and CUDA a functional kernel of this shape: meta() once, the result
+// allocated directly, impl() on it.
+namespace ember {
+
+bool loopsCompute(std::initializer_list<at::Tensor> tensors); // host_kernels
+
+// set_output_raw_strided allocates the result with the sizes and strides
+// meta() computed (no strides: contiguous), on the device meta() chose (as
+// aten::empty would, under its guard), from the allocator every ember tensor
+// comes from.
+template <typename Native>
+class StructuredFunctional final : public Native {
+ public:
+  void set_output_raw_strided(int64_t index, at::IntArrayRef sizes,
+                              at::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    const c10::OptionalDeviceGuard guard(options.device_opt());
+    c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::PrivateUse1);
+    const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+    const auto dtype = c10::typeMetaToScalarType(options.dtype());
+    result_ = strides.empty()
+        ? at::detail::empty_generic(sizes, allocator, keys, dtype,
+                                    options.memory_format_opt())
+        : at::detail::empty_strided_generic(sizes, strides, allocator, keys,
+                                            dtype);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Native>) {
+      Native::set_output_raw_strided(index, sizes, strides, options);
+    }
+  }
+
+  const at::Tensor& maybe_get_output(int64_t /*index*/) override {
+    return result_;
+  }
+
+  at::Tensor& result() {
+    return result_;
+  }
+
+ private:
+  at::Tensor result_;
+};
+
+// A binary operator's functional kernel: meta(self, other, extra...), then
+// impl(..., result) when ember's loops compute every tensor; otherwise
+// `out` (the operator's out= kernel: the host kernel for the other dtypes)
+// computes into the result, as under the composite kernel this replaces.
+template <typename Native, typename Out, typename... Extra>
+at::Tensor structuredBinary(Out out, const at::Tensor& self,
+                            const at::Tensor& other, const Extra&... extra) {
+  // No device guard, as under the composite kernel: impl() launches on the
+  // current device's current stream, where out= kernels launch.
+  StructuredFunctional<Native> op;
+  op.meta(self, other, extra...);
+  at::Tensor& result = op.result();
+  if (loopsCompute({result, self, other})) {
+    op.impl(self, other, extra..., result);
+  } else {
+    out(self, other, extra..., result);
+  }
+  return std::move(result);
+}
+
+} // namespace ember
