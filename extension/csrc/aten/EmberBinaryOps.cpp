@@ -132,6 +132,26 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // lack a dtype. In-place add_ etc. stay PyTorch's composite over add.out.
 namespace ember {
 
+// A binary operator's functional kernel: meta(self, other, extra...), then
+// impl(..., result) when ember's loops compute every tensor; otherwise
+// `out` (the operator's out= kernel: the host kernel for the other dtypes)
+// computes into the result, as under the composite kernel this replaces.
+template <typename Native, typename Out, typename... Extra>
+at::Tensor structuredBinary(Out out, const at::Tensor& self,
+                            const at::Tensor& other, const Extra&... extra) {
+  // No device guard, as under the composite kernel: impl() launches on the
+  // current device's current stream, where out= kernels launch.
+  StructuredFunctional<Native> op;
+  op.meta(self, other, extra...);
+  at::Tensor& result = op.result();
+  if (loopsCompute({result, self, other})) {
+    op.impl(self, other, extra..., result);
+  } else {
+    out(self, other, extra..., result);
+  }
+  return std::move(result);
+}
+
 at::Tensor add(const at::Tensor& self, const at::Tensor& other,
                const at::Scalar& alpha) {
   return structuredBinary<at::native::structured_ufunc_add_CPU>(

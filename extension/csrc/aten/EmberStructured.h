@@ -7,7 +7,6 @@
 #include <ATen/native/TensorIterator.h>
 #include <c10/core/Allocator.h>
 
-#include <initializer_list>
 #include <type_traits>
 
 // ember-book: begin structured_out
@@ -71,8 +70,6 @@ at::Tensor& structuredOut(at::Tensor& out, const Args&... args) {
 // allocated directly, impl() on it.
 namespace ember {
 
-bool loopsCompute(std::initializer_list<at::Tensor> tensors); // host_kernels
-
 // set_output_raw_strided allocates the result with the sizes and strides
 // meta() computed (no strides: contiguous), on the device meta() chose (as
 // aten::empty would, under its guard), from the allocator every ember tensor
@@ -108,25 +105,5 @@ class StructuredFunctional final : public Native {
  private:
   at::Tensor result_;
 };
-
-// A binary operator's functional kernel: meta(self, other, extra...), then
-// impl(..., result) when ember's loops compute every tensor; otherwise
-// `out` (the operator's out= kernel: the host kernel for the other dtypes)
-// computes into the result, as under the composite kernel this replaces.
-template <typename Native, typename Out, typename... Extra>
-at::Tensor structuredBinary(Out out, const at::Tensor& self,
-                            const at::Tensor& other, const Extra&... extra) {
-  // No device guard, as under the composite kernel: impl() launches on the
-  // current device's current stream, where out= kernels launch.
-  StructuredFunctional<Native> op;
-  op.meta(self, other, extra...);
-  at::Tensor& result = op.result();
-  if (loopsCompute({result, self, other})) {
-    op.impl(self, other, extra..., result);
-  } else {
-    out(self, other, extra..., result);
-  }
-  return std::move(result);
-}
 
 } // namespace ember
