@@ -499,20 +499,24 @@ def _measure_profiler(repeat: int, results: dict[str, float]) -> None:
     results["profiler_overhead_mlp_step"] = statistics.median(profiled) / statistics.median(plain)
 
 
-# The measurements by name, in the order they run (`--only` picks some).
-PARTS = (
-    "add",
-    "copies",
-    "allocator",
-    "pinned",
-    "steps",
-    "compiled",
-    "graph",
-    "memory_history",
-    "profiler",
-    "sparse",
-    "aoti",
-)
+# The measurements by name, in the order they run (`--only` picks some): each writes its figures
+# into `results` and the operators that fell back into `fallbacks`.
+_PARTS: dict[str, Callable[[int, dict[str, float], dict[str, list[str]]], None]] = {
+    "add": lambda repeat, results, _: _measure_add(repeat, results),
+    "copies": lambda repeat, results, _: _measure_copies(repeat, results),
+    "allocator": lambda repeat, results, _: _measure_allocator(repeat, results),
+    "pinned": lambda repeat, results, _: _measure_pinned(repeat, results),
+    "steps": _measure_steps,
+    "compiled": lambda repeat, results, _: _measure_compiled(repeat, results),
+    "graph": lambda repeat, results, _: _measure_graph(repeat, results),
+    "memory_history": lambda repeat, results, _: _measure_memory_history(repeat, results),
+    "profiler": lambda repeat, results, _: _measure_profiler(repeat, results),
+    "sparse": lambda repeat, results, fallbacks: bench_sparse.measure(
+        repeat, results, fallbacks, fallback_calls
+    ),
+    "aoti": lambda repeat, results, _: bench_aoti.measure(repeat, results, mlp),
+}
+PARTS = tuple(_PARTS)
 
 
 def measure(
@@ -524,24 +528,10 @@ def measure(
     (`fallback_ops` gets the operators that fell back)."""
     results: dict[str, float] = {}
     fallbacks = fallback_ops if fallback_ops is not None else {}
-    parts = {
-        "add": lambda: _measure_add(repeat, results),
-        "copies": lambda: _measure_copies(repeat, results),
-        "allocator": lambda: _measure_allocator(repeat, results),
-        "pinned": lambda: _measure_pinned(repeat, results),
-        "steps": lambda: _measure_steps(repeat, results, fallbacks),
-        "compiled": lambda: _measure_compiled(repeat, results),
-        "graph": lambda: _measure_graph(repeat, results),
-        "memory_history": lambda: _measure_memory_history(repeat, results),
-        "profiler": lambda: _measure_profiler(repeat, results),
-        "sparse": lambda: bench_sparse.measure(repeat, results, fallbacks, fallback_calls),
-        "aoti": lambda: bench_aoti.measure(repeat, results, mlp),
-    }
-    assert tuple(parts) == PARTS
     torch_ember.device_module.set_device(0)
-    for name, run in parts.items():
+    for name, run in _PARTS.items():
         if only is None or name in only:
-            run()
+            run(repeat, results, fallbacks)
     results["load_average"] = os.getloadavg()[0]
     return results
 
@@ -576,7 +566,8 @@ ROWS = [
 ]
 
 
-_CONTEXT_KEYS = (
+# The figures the table's context line names (every part measures them).
+CONTEXT_KEYS = (
     "add_1m_cpu_us",
     "latency_1elem_cpu_us",
     "latency_1elem_ember_us",
@@ -603,19 +594,18 @@ def table(results: dict[str, float], fallback_ops: dict[str, list[str]] | None =
         target = TARGETS.get(key)
         met = "" if target is None else ("yes" if target.met(value) else "NO")
         lines.append(f"{label:<{width}}  {shown}  {str(target or ''):>7}  {met}")
-    if not set(_CONTEXT_KEYS) <= results.keys():  # some parts left out: no context line
-        return "\n".join(lines)
-    lines.append(
-        f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, of 1 element "
-        f"{results['latency_1elem_cpu_us']:.1f} us, ember's {results['latency_1elem_ember_us']:.1f} us; "
-        f"synchronize {results['synchronize_us']:.1f} us (torch.ember's {results['ember_synchronize_us']:.1f} us); memcpy {results['memcpy_gbps']:.1f} GB/s; "
-        f"1 MiB alloc+free {results['alloc_free_cached_us']:.2f} us cached, "
-        f"{results['alloc_free_driver_us']:.1f} us driver; CPU steps MLP "
-        f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms, "
-        f"MLP compiled {results['compiled_mlp_step_cpu_us'] / 1e3:.1f} ms; eager ember chain "
-        f"{results['pointwise_chain_eager_us'] / 1e3:.1f} ms; "
-        f"{torch.get_num_threads()} CPU threads, load average {results['load_average']:.1f})"
-    )
+    if set(CONTEXT_KEYS) <= results.keys():  # every part measured (not `--only`)
+        lines.append(
+            f"(context: CPU add of 1M float32 {results['add_1m_cpu_us']:.0f} us, of 1 element "
+            f"{results['latency_1elem_cpu_us']:.1f} us, ember's {results['latency_1elem_ember_us']:.1f} us; "
+            f"synchronize {results['synchronize_us']:.1f} us (torch.ember's {results['ember_synchronize_us']:.1f} us); memcpy {results['memcpy_gbps']:.1f} GB/s; "
+            f"1 MiB alloc+free {results['alloc_free_cached_us']:.2f} us cached, "
+            f"{results['alloc_free_driver_us']:.1f} us driver; CPU steps MLP "
+            f"{results['mlp_step_cpu_us'] / 1e3:.1f} ms, CNN {results['cnn_step_cpu_us'] / 1e3:.1f} ms, "
+            f"MLP compiled {results['compiled_mlp_step_cpu_us'] / 1e3:.1f} ms; eager ember chain "
+            f"{results['pointwise_chain_eager_us'] / 1e3:.1f} ms; "
+            f"{torch.get_num_threads()} CPU threads, load average {results['load_average']:.1f})"
+        )
     cores = os.cpu_count() or 1
     if results["load_average"] > cores:
         lines.append(

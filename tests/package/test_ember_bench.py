@@ -159,26 +159,7 @@ def test_targets_read_both_ways() -> None:
 
 def test_table_marks_each_target_met_or_not() -> None:
     results = {key: 1.0 for _, key in bench.ROWS}
-    results.update(
-        {
-            key: 1.0
-            for key in (
-                "add_1m_cpu_us",
-                "latency_1elem_cpu_us",
-                "latency_1elem_ember_us",
-                "synchronize_us",
-                "ember_synchronize_us",
-                "memcpy_gbps",
-                "alloc_free_cached_us",
-                "alloc_free_driver_us",
-                "load_average",
-                "mlp_step_cpu_us",
-                "cnn_step_cpu_us",
-                "compiled_mlp_step_cpu_us",
-                "pointwise_chain_eager_us",
-            )
-        }
-    )
+    results.update({key: 1.0 for key in (*bench.CONTEXT_KEYS, "load_average")})
     results["cached_alloc_speedup"] = 3.0  # target >= 10
     results["fallback_calls_cnn_step"] = 2
     text = bench.table(results, {"cnn": ["aten::foo", "aten::foo"], "mlp": []})
@@ -189,6 +170,7 @@ def test_table_marks_each_target_met_or_not() -> None:
     assert "CNN step, operators run by the CPU fallback: aten::foo x2" in text
     assert "MLP step, operators" not in text
     assert "the machine was busy" not in text
+    assert "(context: CPU add of 1M float32 1 us" in text
     results["load_average"] = 2.0 * (os.cpu_count() or 1) + 1
     assert "the machine was busy" in bench.table(results)
 
@@ -262,6 +244,7 @@ def test_only_measures_the_named_parts_and_refuses_an_unknown_one(
     assert not {"h2d_vs_memcpy", "mlp_step_vs_cpu", "aoti_vs_compiled"} & results.keys()
     shown = capsys.readouterr().out
     assert "add, 1 element (ember / CPU)" in shown and "MLP training step" not in shown
+    assert "(context:" not in shown  # it names figures of parts left out
     with pytest.raises(SystemExit):
         bench.main(["--only", "add,warp_speed"])
     assert "--only: unknown warp_speed" in capsys.readouterr().err
