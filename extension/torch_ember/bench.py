@@ -566,7 +566,8 @@ ROWS = [
 ]
 
 
-# The figures the table's context line names (every part measures them).
+# The figures the table's context line names. Several parts measure them, so the line is shown only
+# when every part ran.
 CONTEXT_KEYS = (
     "add_1m_cpu_us",
     "latency_1elem_cpu_us",

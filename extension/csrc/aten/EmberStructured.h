@@ -1,12 +1,11 @@
 // Running ATen's structured kernels (meta + impl) for ember out= tensors.
 #pragma once
 
-#include <c10/core/DeviceGuard.h>
-#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/TensorIterator.h>
-#include <c10/core/Allocator.h>
+#include <c10/core/SymIntArrayRef.h>
 
+#include <optional>
 #include <type_traits>
 
 // ember-book: begin structured_out
@@ -70,25 +69,36 @@ at::Tensor& structuredOut(at::Tensor& out, const Args&... args) {
 // allocated directly, impl() on it.
 namespace ember {
 
+// ember's kernels of aten::empty.memory_format and aten::empty_strided
+// (EmberFactories.cpp), called here without the dispatcher.
+at::Tensor empty_memory_format(
+    c10::SymIntArrayRef sym_size, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> memory_format);
+at::Tensor empty_strided(
+    c10::SymIntArrayRef sym_size, c10::SymIntArrayRef sym_stride,
+    std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device, std::optional<bool> pin_memory);
+
 // set_output_raw_strided allocates the result with the sizes and strides
-// meta() computed (no strides: contiguous), on the device meta() chose (as
-// aten::empty would, under its guard), from the allocator every ember tensor
-// comes from.
+// meta() computed (no strides: contiguous), on the device meta() chose,
+// through the kernels aten::empty and aten::empty_strided reach on ember.
 template <typename Native>
 class StructuredFunctional final : public Native {
  public:
   void set_output_raw_strided(int64_t index, at::IntArrayRef sizes,
                               at::IntArrayRef strides,
                               at::TensorOptions options) override {
-    const c10::OptionalDeviceGuard guard(options.device_opt());
-    c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::PrivateUse1);
-    const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
     const auto dtype = c10::typeMetaToScalarType(options.dtype());
     result_ = strides.empty()
-        ? at::detail::empty_generic(sizes, allocator, keys, dtype,
-                                    options.memory_format_opt())
-        : at::detail::empty_strided_generic(sizes, strides, allocator, keys,
-                                            dtype);
+        ? empty_memory_format(c10::fromIntArrayRefUnchecked(sizes), dtype,
+                              options.layout_opt(), options.device_opt(),
+                              std::nullopt, options.memory_format_opt())
+        : empty_strided(c10::fromIntArrayRefUnchecked(sizes),
+                        c10::fromIntArrayRefUnchecked(strides), dtype,
+                        options.layout_opt(), options.device_opt(),
+                        std::nullopt);
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Native>) {
       Native::set_output_raw_strided(index, sizes, strides, options);
     }
