@@ -19,6 +19,10 @@ the way the package splits them into files:
   files its new cells touch, and links the objects of the files the cells
   before it compiled. With GCC, whose precompiled header costs every unit ~2 s
   (`book.builds.toolchain`), a chapter's files are dealt into two units instead.
+  A revision keeps its first version's place in its file: once a chapter
+  revises a part of a file, that file's parts of every chapter up to the
+  reviser are one unit, as the package compiles the file (a revised part may
+  call the helpers beside it, and its neighbours may call it).
 - a unit that uses ``torch::autograd`` is compiled against a second
   precompiled prelude that also holds the autograd chapter's headers
   (`book.builds.toolchain.AUTOGRAD_FLAG`), without optimization. With Clang, so is
@@ -49,7 +53,7 @@ from functools import cached_property
 from pathlib import Path
 
 from book.builds import compile_errors, environment, toolchain
-from book.parts.regions import CppPart, chapter_slugs, extension_regions
+from book.parts.regions import CppPart, chapter_slugs, extension_regions, first_chapters
 from book.paths import CSRC, cache_dir
 
 PREAMBLE = (
@@ -68,7 +72,7 @@ COMPILERS = 2
 _UNPRECOMPILED = re.compile(r"^\s*#\s*include\s*<torch/csrc/utils/pybind\.h>", re.MULTILINE)
 _UNPRECOMPILED_WEIGHT = 50_000
 # Code that runs on the device: an ember::launch, or loops the sources mark for GCC to optimize.
-_DEVICE_CODE = re.compile(r"\blaunch\s*(?:<[^;{}]*>)?\s*\(|#\s*pragma\s+GCC\s+optimize")
+_DEVICE_CODE = re.compile(r"\blaunch(?:Recorded)?\s*(?:<[^;{}]*>)?\s*\(|#\s*pragma\s+GCC\s+optimize")
 
 
 @dataclass(frozen=True)
@@ -176,18 +180,54 @@ def source_text(parts: Iterable[CppPart], epilogue: tuple[str, str] | None = Non
     return "\n".join(lines)
 
 
+def _merge_revised_files(
+    parts: list[CppPart], groups: list[tuple[str, str] | None], homes: dict[str, str]
+) -> list[tuple[str, str] | None]:
+    """Groups (chapter, file), with a file's groups merged where a chapter revises one of its parts.
+
+    A revision takes its first version's place in the file, as in the package, where a file is one
+    translation unit: its neighbours may use what it defines, and it may use theirs (a helper defined
+    beside its first version, or in a later chapter's part of the file). So once chapter C revises a part of file F
+    (first shown by an earlier chapter), F's parts of every chapter up to C are one unit. A file no
+    chapter revises keeps a unit per chapter, so each chapter's objects serve every later build.
+    """
+    order = {slug: index for index, slug in enumerate(chapter_slugs())}
+
+    def rank(chapter: str) -> int:
+        return order.get(chapter, len(order))
+
+    revised_through: dict[str, int] = {}  # file -> the latest chapter that revises one of its parts
+    for part, group in zip(parts, groups, strict=True):
+        home = homes.get(part.name, part.chapter)
+        if group is not None and group[1] != "cells" and rank(home) < rank(part.chapter):
+            revised_through[group[1]] = max(revised_through.get(group[1], -1), rank(part.chapter))
+    first_of: dict[str, str] = {}  # file -> the earliest chapter of its merged unit
+    for group in groups:
+        if group is not None and rank(group[0]) <= revised_through.get(group[1], -1):
+            earliest = first_of.get(group[1], group[0])
+            first_of[group[1]] = group[0] if rank(group[0]) < rank(earliest) else earliest
+    return [
+        (first_of[group[1]], group[1])
+        if group is not None and rank(group[0]) <= revised_through.get(group[1], -1)
+        else group
+        for group in groups
+    ]
+
+
 def split(
     parts: list[CppPart],
     files: dict[str, str] | None = None,
     per_file: bool | None = None,
     includes: dict[str, frozenset[str]] | None = None,
+    homes: dict[str, str] | None = None,
 ) -> list[Unit]:
     """The units of a build, in the order of each unit's last part.
 
     `per_file`: one unit per (chapter, file) (the default with Clang), else a chapter's files
     are dealt into at most COMPILERS units (the default with GCC). `includes`: the headers each
     file includes (`file_includes`, the default with the package's `files`); a unit of a file
-    it does not list sees every header part.
+    it does not list sees every header part. `homes`: the chapter that first shows each part
+    (`first_chapters`, the default).
     """
     if files is None:
         files = part_files()
@@ -211,6 +251,7 @@ def split(
         group = (part.chapter, file) if file else previous.get(part.chapter, (part.chapter, "cells"))
         previous[part.chapter] = group
         groups.append(group)
+    groups = _merge_revised_files(parts, groups, first_chapters() if homes is None else homes)
 
     # With GCC a chapter's files are dealt, in book order, into at most
     # COMPILERS units: every unit pays a fixed ~2 s (the prelude's pending

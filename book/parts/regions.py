@@ -225,6 +225,23 @@ def parts_in_notebook(path: Path) -> list[CppPart]:
     return [part for source in code_cells(path) if (part := cell_part(chapter, source)) is not None]
 
 
+_HOMES_CACHE: dict[tuple[tuple[Path, float], ...], dict[str, str]] = {}
+
+
+def first_chapters() -> dict[str, str]:
+    """The chapter (slug) that first shows each part, by name, from the chapters on disk."""
+    paths = chapter_paths()
+    key = tuple((path, path.stat().st_mtime) for path in paths)
+    homes = _HOMES_CACHE.get(key)
+    if homes is None:
+        homes = {}
+        for part in chapter_parts(paths):
+            homes.setdefault(part.name, part.chapter)
+        _HOMES_CACHE.clear()
+        _HOMES_CACHE[key] = homes
+    return dict(homes)
+
+
 def chapter_parts(notebooks: Iterable[Path] | None = None) -> list[CppPart]:
     """Every C++ part of the given notebooks (default: every chapter), in book order."""
     parts: list[CppPart] = []

@@ -57,3 +57,13 @@
 @@ -53,1 +36,1 @@ sha256:cf085f350f
 +                     "no dropout");
 // ember-book: end sdpa_choice.v1
+
+// ember-book: begin amp_unscale.v1
+@@ -60,1 +60,1 @@ sha256:434f2e0067
++          launch({data, scale, inf}, [&](ptrdiff_t offset) {
+// ember-book: end amp_unscale.v1
+
+// ember-book: begin amp_update_scale.v1
+@@ -38,1 +38,1 @@ sha256:b694d53120
++  launch({s, good, inf}, [&](ptrdiff_t offset) {
+// ember-book: end amp_update_scale.v1

@@ -63,51 +63,36 @@
 @@ -202,6 +127,0 @@ sha256:2547a93947
 // ember-book: end random_dtypes.v1
 
-// ember-book: begin reductions.v2
-@@ -7,8 +7,4 @@ sha256:c1f28e21f9
-+// each group into its output element. Chunks of the same output element must
-+// not run at once, so the loop is serial. Where the innermost run is reduced
-+// (output stride 0), it is summed in a wider accumulator first (double for
-+// float, as ATen's CPU kernels do) and added once.
-@@ -18,9 +14,1 @@ sha256:e53940a6a0
-+  iter.output(0).fill_(0); // ATen's CPU kernel starts from zero too
-@@ -32,2 +20,1 @@ sha256:4cf62ce26f
-+          if (strides[0] == 0) {
-@@ -40,4 +27,2 @@ sha256:339cde7c30
-+            *out = static_cast<T>(*out + acc);
-+          } else {
-@@ -45,2 +30,1 @@ sha256:827b5799df
-+              element(out, strides[0], i) += element(in, strides[1], i);
-// ember-book: end reductions.v2
-
-// ember-book: begin blas_ops.v2
-@@ -17,2 +16,0 @@ sha256:f5892e8d23
-@@ -20,3 +18,1 @@ sha256:d92a736f06
-+                "ember: ", op, " expects all tensors on one ember device, "
-@@ -24,1 +20,1 @@ sha256:0d41ae9b0b
-+                " on ", t->device());
-// ember-book: end blas_ops.v2
-
-// ember-book: begin host_kernel.v1
-@@ -3,2 +3,2 @@ sha256:1242d93ea0
-+// onHost's check of each tensor, before the launch: the operator, the
-+// device it runs on, and the tensor's.
-@@ -6,3 +6,2 @@ sha256:ccaf328d48
-+  TORCH_CHECK(t.device() == device, "ember: ", op, " expects all tensors on ",
-+              device, ", got one on ", t.device());
-@@ -35,1 +33,0 @@ sha256:0a98b76b44
-@@ -58,2 +56,6 @@ sha256:b73037da6d
-+    } else {
-+      // Only a CPU scalar may come along; the CPU kernel would take any
-+      // other CPU tensor as is, and mix devices behind the caller's back.
-+      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
-+                  "ember tensors (and CPU scalars), got a ", t.dim(),
-+                  "-D tensor on ", t.device());
-@@ -65,8 +66,0 @@ sha256:ddef532441
-// ember-book: end host_kernel.v1
-
 // ember-book: begin nll_loss.v1
 @@ -19,6 +19,2 @@ sha256:923238abce
 +  TORCH_CHECK(target.device() == self.device(), "ember: ", op, " expects the ",
 +              "target on ", self.device(), ", got it on ", target.device());
 // ember-book: end nll_loss.v1
+
+// ember-book: begin blas_ops.v2
+@@ -99,2 +99,2 @@ sha256:828525a3e9
++    launch({p.a.data, p.b.data, p.s.data, p.c.data},
++           [&](ptrdiff_t offset) { gemm(atOffset(p, offset)); });
+// ember-book: end blas_ops.v2
+
+// ember-book: begin fill_where.v2
+@@ -15,4 +15,2 @@ sha256:04925e3b88
++  launch("aten::fill_", iter, [&](const KernelOperands& operands) {
++    iter.for_each([&](char** data, const int64_t* strides, int64_t n) {
+@@ -60,4 +58,2 @@ sha256:b06da2ec96
++  launch("aten::where.self_out", iter, [&](const KernelOperands& operands) {
++    iter.for_each([&](char** data, const int64_t* s, int64_t n) {
+// ember-book: end fill_where.v2
+
+// ember-book: begin host_kernel.v1
+@@ -20,24 +19,0 @@ sha256:77757b4042
+@@ -95,22 +70,0 @@ sha256:70d28adf8e
+// ember-book: end host_kernel.v1
+
+// ember-book: begin reductions.v2
+@@ -15,3 +15,2 @@ sha256:c6c646ba6a
++  launch(op, iter, [&](const KernelOperands& operands) {
++    iter.serial_for_each(
+@@ -35,1 +34,1 @@ sha256:d8909de3fe
++        {0, iter.numel()});
+// ember-book: end reductions.v2

@@ -11,3 +11,15 @@
 // ember-book: begin compiled_launch.v1
 @@ -92,1 +91,0 @@ sha256:c39583095e
 // ember-book: end compiled_launch.v1
+
+// ember-book: begin graph_impl.v1
+@@ -26,4 +26,1 @@ sha256:043526200e
++  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode) override {
+@@ -38,8 +35,1 @@ sha256:e8fbbb3826
++    const emError_t began = emStreamBeginCapture(device_, stream_);
+@@ -59,6 +49,4 @@ sha256:ccc3e1e678
++                "failed: ", emGetErrorDetail(ended), ". Ember records kernels "
++                "launched by value (the ones torch.compile generates); an eager "
++                "ember operator, a copy to or from the host and a synchronize "
++                "cannot be captured.");
+// ember-book: end graph_impl.v1

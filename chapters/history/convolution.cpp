@@ -39,3 +39,17 @@
 +                          groups.expect_int());
 +  return backward(op, grad_output, input, weight, s, output_mask);
 // ember-book: end convolution.v2
+
+// ember-book: begin conv_backward.v1
+@@ -30,2 +30,1 @@ sha256:f10e8fddff
++    const c10::IntArrayRef strides = input.strides();
+@@ -35,1 +34,1 @@ sha256:0273ce5b70
++    launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
+// ember-book: end conv_backward.v1
+
+// ember-book: begin conv_forward.v1
+@@ -33,2 +33,1 @@ sha256:f10e8fddff
++    const c10::IntArrayRef strides = input.strides();
+@@ -36,1 +35,1 @@ sha256:fef1565752
++    launch({in, w, b, o}, [&](ptrdiff_t offset) {
+// ember-book: end conv_forward.v1

@@ -20,3 +20,8 @@
 @@ -48,1 +42,1 @@ sha256:5486cf8b6d
 +    const int64_t n = input.numel();
 // ember-book: end custom_abs.v1
+
+// ember-book: begin custom_abs.v2
+@@ -52,1 +52,1 @@ sha256:bb820be196
++    launch({in, result}, [&](ptrdiff_t offset) {
+// ember-book: end custom_abs.v2

@@ -198,3 +198,8 @@
 +// keeps a plain pointer, so unloading clears it rather than leave it
 +// dangling (getHostAllocator then says none is registered).
 // ember-book: end pinned_allocator.v1
+
+// ember-book: begin copy_non_blocking.v1
+@@ -44,5 +44,1 @@ sha256:a6fb095c47
++  if (kind != emMemcpyDeviceToDevice) {
+// ember-book: end copy_non_blocking.v1

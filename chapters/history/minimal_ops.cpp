@@ -34,3 +34,24 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
 
 } // namespace ember
 // ember-book: end sparse_factories.v1
+
+// ember-book: begin copy_from.v1
+@@ -1,17 +0,0 @@ sha256:55bdfd6937
+@@ -36,10 +18,0 @@ sha256:f877f5e1ab
+@@ -48,3 +21,2 @@ sha256:a9323d165e
++  EMBER_CHECK(emMemcpy(host.mutable_data_ptr(), device_tensor.const_data_ptr(),
++                       spanBytes(device_tensor), emMemcpyDeviceToHost));
+@@ -55,3 +27,2 @@ sha256:33973dfaf6
++  EMBER_CHECK(emMemcpy(device_tensor.mutable_data_ptr(), host.const_data_ptr(),
++                       spanBytes(device_tensor), emMemcpyHostToDevice));
+@@ -85,13 +56,2 @@ sha256:a93d06269f
++    EMBER_CHECK(emMemcpy(dst.mutable_data_ptr(), self.const_data_ptr(),
++                         dst.nbytes(), kind));
+@@ -105,12 +64,0 @@ sha256:7f7ab5311d
+// ember-book: end copy_from.v1
+
+// ember-book: begin local_scalar_dense.v1
+@@ -8,3 +8,2 @@ sha256:35db3912ef
++  EMBER_CHECK(emMemcpy(host.mutable_data_ptr(), self.const_data_ptr(),
++                       self.itemsize(), emMemcpyDeviceToHost));
+// ember-book: end local_scalar_dense.v1

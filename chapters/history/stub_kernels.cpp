@@ -8,14 +8,6 @@
 // current text here in full as NAME.vK, edit the package's region, then run
 // `python -m book.sync --compact-history`.
 
-// ember-book: begin fill_where.v1
-@@ -6,7 +6,2 @@ sha256:ac52f9c68a
-+// need the element's size, not its dtype, and four copies cover every dtype
-+// up to 8 bytes.
-@@ -47,1 +41,0 @@ sha256:6d6bb5281f
-@@ -86,1 +79,0 @@ sha256:6d3d61cb71
-// ember-book: end fill_where.v1
-
 // ember-book: begin binary_ops.v1
 @@ -49,3 +48,0 @@ sha256:8906a7da61
 @@ -57,7 +54,2 @@ sha256:c14f586c8c
@@ -44,16 +36,6 @@
 @@ -55,7 +52,1 @@ sha256:544a8eacf3
 +    return structuredOut<at::native::structured_##name##_out>(out, self);   \
 // ember-book: end unary_ops.v1
-
-// ember-book: begin reductions.v1
-@@ -63,4 +62,0 @@ sha256:0de9bb2a42
-@@ -70,7 +66,2 @@ sha256:1a11affc9e
-+  return structuredOut<at::native::structured_sum_out>(out, self, dim, keepdim,
-+                                                       dtype);
-@@ -82,7 +73,2 @@ sha256:b767edb8c8
-+  return structuredOut<at::native::structured_mean_out>(out, self, dim,
-+                                                        keepdim, dtype);
-// ember-book: end reductions.v1
 
 // ember-book: begin relu_ops.v1
 @@ -36,4 +35,0 @@ sha256:5932a4d54f
@@ -102,3 +84,29 @@
 +              "tensor to be on ", options.device(), ", but got ",
 +              out.device());
 // ember-book: end resize_out.v1
+
+// ember-book: begin elementwise.v1
+@@ -18,18 +17,0 @@ sha256:365c2cc8d8
+@@ -74,10 +56,2 @@ sha256:59a247373d
++  launch(op, iter, [&](const KernelOperands& operands) {
++    iter.for_each([&](char** data, const int64_t* strides, int64_t n) {
+// ember-book: end elementwise.v1
+
+// ember-book: begin fill_where.v1
+@@ -6,7 +6,2 @@ sha256:ac52f9c68a
++// need the element's size, not its dtype, and four copies cover every dtype
++// up to 8 bytes.
+@@ -47,1 +41,0 @@ sha256:6d6bb5281f
+@@ -86,1 +79,0 @@ sha256:6d3d61cb71
+// ember-book: end fill_where.v1
+
+// ember-book: begin reductions.v1
+@@ -63,4 +62,0 @@ sha256:0de9bb2a42
+@@ -70,7 +66,2 @@ sha256:1a11affc9e
++  return structuredOut<at::native::structured_sum_out>(out, self, dim, keepdim,
++                                                       dtype);
+@@ -82,7 +73,2 @@ sha256:b767edb8c8
++  return structuredOut<at::native::structured_mean_out>(out, self, dim,
++                                                        keepdim, dtype);
+// ember-book: end reductions.v1
+

@@ -134,6 +134,7 @@ TARGETS: dict[str, Target] = {
     "compiled_pointwise_chain_vs_eager": Target(0.4, at_most=True),
     "compiled_mlp_step_vs_cpu_compiled": Target(1.2, at_most=True),
     "graph_replay_vs_eager_small_ops": Target(0.3, at_most=True),
+    "graph_replay_train_step_vs_eager": Target(0.5, at_most=True),
     "memory_history_overhead_mlp_step": Target(1.2, at_most=True),
     "profiler_overhead_mlp_step": Target(1.3, at_most=True),
     **bench_sparse.TARGETS,
@@ -155,6 +156,7 @@ STABLE_KEYS = (
     "compiled_pointwise_chain_vs_eager",
     "compiled_mlp_step_vs_cpu_compiled",
     "graph_replay_vs_eager_small_ops",
+    "graph_replay_train_step_vs_eager",
     "memory_history_overhead_mlp_step",
     "profiler_overhead_mlp_step",
     "sparse_mm_vs_cpu",
@@ -457,6 +459,33 @@ def _measure_graph(repeat: int, results: dict[str, float]) -> None:
     graph.reset()
 
 
+def _measure_graph_train_step(repeat: int, results: dict[str, float]) -> None:
+    # Captured eager: every ember kernel is recorded by value, so a whole training step replays.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to("ember")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x, y = torch.randn(8, 64, device="ember"), torch.randn(8, 64, device="ember")
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=False)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+
+    # Warmed up on the capture's stream (as CUDA's recipe does): the gradients and momentum buffers
+    # exist before the capture, and autograd's accumulation runs on that stream.
+    side = torch_ember.device_module.Stream()
+    with torch_ember.device_module.stream(side):
+        step()
+    graph = torch_ember.device_module.EmberGraph()
+    with torch_ember.device_module.graph(graph, stream=side):
+        step()
+    eager, replay = interleaved([synced(step), synced(graph.replay)], repeat)
+    results["graph_replay_train_step_vs_eager"] = ratio(replay, eager)
+    results["train_step_eager_us"] = median_us(eager)
+    graph.reset()
+
+
 # -- Observation ------------------------------------------------------------------------------
 
 
@@ -509,6 +538,7 @@ _PARTS: dict[str, Callable[[int, dict[str, float], dict[str, list[str]]], None]]
     "steps": _measure_steps,
     "compiled": lambda repeat, results, _: _measure_compiled(repeat, results),
     "graph": lambda repeat, results, _: _measure_graph(repeat, results),
+    "graph_train_step": lambda repeat, results, _: _measure_graph_train_step(repeat, results),
     "memory_history": lambda repeat, results, _: _measure_memory_history(repeat, results),
     "profiler": lambda repeat, results, _: _measure_profiler(repeat, results),
     "sparse": lambda repeat, results, fallbacks: bench_sparse.measure(
@@ -559,6 +589,7 @@ ROWS = [
     ("MLP training step, compiled (ember / CPU)", "compiled_mlp_step_vs_cpu_compiled"),
     ("100 one-element ops: graph replay / eager", "graph_replay_vs_eager_small_ops"),
     ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
+    ("MLP training step (8 x 64), eager: graph replay / eager", "graph_replay_train_step_vs_eager"),
     ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
     ("MLP step: profiled (CPU + ember) / not", "profiler_overhead_mlp_step"),
     *bench_sparse.TABLE_ROWS,

@@ -168,3 +168,13 @@ def test_memory_over_time_counts_what_was_allocated_before_the_trace() -> None:
     assert memory_views.in_use_at_start(snapshot) == MIB
     text = memory_views.memory_over_time(snapshot, "late").text()
     assert text == ("late: 3 actions\n  allocated at the start 1.0 MiB, peak 2.0 MiB, at the end 1.0 MiB")
+
+
+def test_segments_view_labels_the_segments_a_graph_pool_owns() -> None:
+    snapshot = _snapshot()
+    snapshot["segments"][0]["segment_pool_id"] = (3, 0)  # the large segment (at 4 MiB), a graph's
+    view = memory_views.segments(snapshot, "with a graph")
+    lines = view.text().splitlines()
+    assert lines[1].startswith("  segment 1 (small) 2.0 MiB")  # (0, 0) or absent: the cache's own
+    assert lines[2].startswith("  segment 2 (large, graph pool 3) 4.0 MiB")
+    assert "2: large, graph pool 3 4.0 MiB" in view.html()

@@ -331,3 +331,26 @@ def test_a_chapters_build_cells_are_the_builds_a_reader_waits_for() -> None:
     assert [len(b) for b in Chapter.of("matrix_products").build_cells()] == [
         len(Chapter.of("matrix_products").parts_through())
     ]
+
+
+def test_a_revised_source_part_joins_its_files_unit_up_to_the_revising_chapter():
+    # As in the package, where a file is one translation unit: a later chapter's version of a kernel
+    # calls the helper beside its first version, and the first chapter's other kernels call it.
+    helper = source_part("generator", "helper", "inline int helper() { return 1; }")
+    revised = source_part("deployment", "kernel", "int kernel() { return helper(); }")
+    user = source_part("generator", "user", "int user() { return kernel(); }")
+    other = source_part("generator", "other", "int other() { return 2; }")
+    later = source_part("layouts", "later", "int later() { return 3; }")
+    files = {name: "aten/R.cpp" for name in ("helper", "kernel", "user", "later")} | {"other": "aten/O.cpp"}
+    homes = {"helper": "generator", "kernel": "generator", "user": "generator", "other": "generator"}
+    homes["later"] = "layouts"
+    split = units.split([helper, revised, user, other, later], files=files, per_file=True, homes=homes)
+    assert [(unit.chapter, unit.group, [part.name for part in unit.own]) for unit in split] == [
+        ("generator", "aten/R.cpp", ["helper", "kernel", "user"]),
+        ("generator", "aten/O.cpp", ["other"]),
+        ("layouts", "aten/R.cpp", ["later"]),
+    ]
+    # Without a revision, a file keeps a unit per chapter (each chapter's objects serve later builds).
+    unrevised = source_part("generator", "kernel", "int kernel() { return helper(); }")
+    split = units.split([helper, unrevised, user, other, later], files=files, per_file=True, homes=homes)
+    assert [unit.chapter for unit in split if unit.group == "aten/R.cpp"] == ["generator", "layouts"]

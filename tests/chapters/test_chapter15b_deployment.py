@@ -1,8 +1,9 @@
-"""Chapter 15b (`deployment`): where chapter 15 leaves deployment, and AOTInductor on the chapter's backend.
+"""Chapter 15b (`deployment`): where chapter 15 leaves deployment, eager graphs and AOTInductor on the chapter's
+backend.
 
 The chapter's backends are chapter 15's (`Chapter.of("compile").build()`), on which the two opening failures
-happen, and the one the chapter ends with (`Chapter.of("deployment").build()`: ember's C shim and its
-AOTInductor model runner), with the package's compiler registered as the chapter registers it. Chapter 13
+happen, and the one the chapter ends with (`Chapter.of("deployment").build()`: recordable launches, ember's C
+shim and its AOTInductor model runner), with the package's compiler registered as the chapter registers it. Chapter 13
 names the backend `ember`, and a process can name PrivateUse1 only once, so they run in a child process that
 prints its facts as JSON.
 """
@@ -20,7 +21,7 @@ CHILD_TIMEOUT_SECONDS = 900
 def test_the_chapter_follows_the_compile_chapter_and_builds_the_shim_and_the_runner() -> None:
     chapter = Chapter.of("deployment")
     assert chapter.index == Chapter.of("compile").index + 1
-    assert {"aoti_shim", "aoti_runner"} <= {part.name for part in chapter.parts()}
+    assert {"aoti_shim", "aoti_runner", "recorded_launch"} <= {part.name for part in chapter.parts()}
     assert {"aoti_shim", "aoti_runner"} <= {part.name for part in chapter.build_cells()[-1]}
 
 
@@ -69,6 +70,51 @@ def facts() -> dict:
         ctypes.CDLL(str(build.library), mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
         compiler.register(torch.ember, build.library)
         compiler.aoti.register()
+
+        x = torch.zeros(4, device="ember")
+        graph = torch.accelerator.Graph()
+        with torch.Stream(), graph:
+            x.add_(1)
+        graph.replay()
+        graph.replay()
+        facts["replayed_add"] = x.cpu().tolist()
+        graph.reset()
+
+        def trained(captured):
+            torch.manual_seed(0)
+            net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to("ember")
+            optimizer = torch.optim.Adam(net.parameters(), lr=0.01, capturable=True)
+            data = torch.randn(4, 8, device="ember")
+
+            def step():
+                optimizer.zero_grad(set_to_none=False)
+                out = net(data)
+                (out * out).mean().backward()
+                optimizer.step()
+
+            side = torch.ember.Stream()
+            with torch.ember.stream(side):
+                step()
+                if not captured:
+                    step()
+                    step()
+            if captured:
+                steps = torch.ember.EmberGraph()
+                with torch.ember.graph(steps, stream=side):
+                    step()
+                steps.replay()
+                steps.replay()
+                steps.reset()
+            return [p.detach().cpu() for p in net.parameters()]
+
+        pairs = zip(trained(True), trained(False), strict=True)
+        facts["step_difference"] = max((a - b).abs().max().item() for a, b in pairs)
+        try:
+            with torch.ember.graph(torch.ember.EmberGraph()):
+                x.sum().item()
+        except RuntimeError as e:
+            facts["item_errors"] = [str(e.__context__), str(e)]
+        del x, graph
         model, inputs = mlp(), torch.randn(8, 64, device="ember")
         archive = io.BytesIO()
         torch._inductor.aoti_compile_and_package(
@@ -100,3 +146,18 @@ def test_chapter15_cannot_package_a_model_with_aotinductor(facts: dict) -> None:
 def test_the_chapters_backend_runs_an_aotinductor_package_equal_to_eager(facts: dict) -> None:
     assert facts["device"] == "ember:0"
     assert facts["max_difference"] <= 1e-5
+
+
+def test_the_chapters_backend_captures_and_replays_eager_kernels(facts: dict) -> None:
+    assert facts["replayed_add"] == [2.0] * 4  # recorded at the capture, run by each replay
+
+
+def test_a_captured_adam_step_replays_equal_to_eager_steps(facts: dict) -> None:
+    # Adam's pointwise operators (optimizer_host_ops) are recorded host kernels, not the fallback's copies.
+    assert facts["step_difference"] <= 1e-6
+
+
+def test_a_host_read_in_a_capture_fails_in_cudas_words_naming_the_operator(facts: dict) -> None:
+    operator_error, capture_error = facts["item_errors"]
+    assert "aten::_local_scalar_dense: operation not permitted when stream is capturing" in operator_error
+    assert "the graph capture failed: operation not permitted when stream is capturing" in capture_error

@@ -58,10 +58,27 @@ class SegmentSummary:
     kind: str  # "small" or "large"
     expandable: bool
     blocks: tuple[tuple[int, int, str, str], ...]  # offset, size, state, frame
+    pool: int = 0  # the private pool of a graph that owns the segment (0: the device cache's own)
+
+    @property
+    def label(self) -> str:
+        """Its kind, "expandable" if it is, and the graph pool that owns it, if one does."""
+        return (
+            self.kind
+            + (", expandable" if self.expandable else "")
+            + (f", graph pool {self.pool}" if self.pool else "")
+        )
 
     @property
     def allocated(self) -> int:
         return sum(size for _, size, state, _ in self.blocks if state != "inactive")
+
+
+def _pool_of(segment: dict[str, Any]) -> int:
+    """The id of the graph pool that owns a segment: CUDA's `segment_pool_id`, a pair, (0, 0) for
+    the device cache's own segments."""
+    first, second = segment.get("segment_pool_id", (0, 0))
+    return int(first) or int(second)
 
 
 def segments_of(snapshot: dict[str, Any], device: int = 0) -> list[SegmentSummary]:
@@ -86,13 +103,14 @@ def segments_of(snapshot: dict[str, Any], device: int = 0) -> list[SegmentSummar
                 str(segment.get("segment_type", "large")),
                 bool(segment.get("is_expandable", False)),
                 blocks,
+                _pool_of(segment),
             )
         )
     return sorted(found, key=lambda s: s.address)
 
 
 _CSS = (
-    picture_css("ember-memory", label_width=190)
+    picture_css("ember-memory", label_width=250)
     + """
 .ember-memory .ember-lane { flex-grow: 1; }
 .ember-memory .ember-segment { position: relative; height: 14px; background: #f9fafb;
@@ -127,11 +145,10 @@ class SegmentsView(View):
         ]
         for number, segment in enumerate(self.segments, start=1):
             states = Counter(state for _, _, state, _ in segment.blocks)
-            kind = segment.kind + (", expandable" if segment.expandable else "")
             blocks = ", ".join(
                 f"{states[state]} {_STATE_NAMES[state]}" for state in _STATE_NAMES if states[state]
             )
-            lines.append(f"  segment {number} ({kind}) {mib(segment.size)}: {blocks or 'no blocks'}")
+            lines.append(f"  segment {number} ({segment.label}) {mib(segment.size)}: {blocks or 'no blocks'}")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -150,7 +167,7 @@ class SegmentsView(View):
                     f"{_STATE_COLOURS.get(state, '#9ca3af')}; left: {left:.2f}%; "
                     f'width: {width:.2f}%"></div>'
                 )
-            label = f"{number}: {segment.kind} {mib(segment.size)}"
+            label = f"{number}: {segment.label} {mib(segment.size)}"
             rows.append(
                 '<div class="ember-row">'
                 f'<div class="ember-label">{esc(label)}</div><div class="ember-lane">'

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "aten/EmberBlas.h"
+#include "aten/EmberRecordedLaunch.h"
 
 // ember-book: begin amp_matmul
 namespace ember::amp {
@@ -210,7 +211,7 @@ void nonFiniteCheckAndUnscale(at::TensorList grads, at::Tensor& found_inf,
           const float* scale = inv_scale.const_data_ptr<float>();
           float* inf = found_inf.mutable_data_ptr<float>();
           const int64_t n = work.numel();
-          launch({data, scale, inf}, [&](ptrdiff_t offset) {
+          launchRecorded({data, scale, inf}, [=](ptrdiff_t offset) {
             unscaleLoop(atOffset(data, offset), n,
                         atOffset(scale, offset),
                         atOffset(inf, offset));
@@ -268,7 +269,7 @@ at::Tensor& updateScale(at::Tensor& scale, at::Tensor& growth_tracker,
   float* s = scale.mutable_data_ptr<float>();
   int32_t* good = growth_tracker.mutable_data_ptr<int32_t>();
   const float* inf = found_inf.const_data_ptr<float>();
-  launch({s, good, inf}, [&](ptrdiff_t offset) {
+  launchRecorded({s, good, inf}, [=](ptrdiff_t offset) {
     updateScaleKernel(atOffset(s, offset), atOffset(good, offset),
                       atOffset(inf, offset), growth, backoff, interval);
   });

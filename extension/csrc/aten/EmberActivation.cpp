@@ -1,10 +1,15 @@
-// GELU and its gradient: the kernels the profiler chapter adds after the profiler
-// shows the CPU fallback's copies around every aten::gelu of a training step.
+// Activations and their gradients: relu's (the stub_kernels chapter), and
+// GELU's, which the profiler chapter adds after the profiler shows the CPU
+// fallback's copies around every aten::gelu of a training step.
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Activation.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/ops/clamp_min_native.h>
 #include <ATen/ops/gelu_backward_meta.h>
 #include <ATen/ops/gelu_meta.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/threshold_backward_native.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -13,6 +18,84 @@
 #include "aten/EmberHostKernels.h"
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
+
+// ember-book: begin relu_ops
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+namespace ember {
+
+// relu(x) is clamp_min(x, 0) in ATen; the stub gets the bound as a Scalar.
+void clampMinKernel(at::TensorIteratorBase& iter, at::Scalar min) {
+  dispatchNumbers("aten::clamp_min.out", iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T bound = min.to<T>();
+    // NaN < bound is false, so NaN stays NaN, as on the CPU.
+    unaryLoop<T, T>("aten::clamp_min.out", iter,
+                    [bound](T x) EMBER_INLINE { return x < bound ? bound : x; });
+  });
+}
+
+// relu's gradient: threshold_backward(grad, x, 0) is grad where x > 0, else 0.
+// The stub computes out = x <= threshold ? value : other.
+void thresholdKernel(at::TensorIteratorBase& iter, const at::Scalar& threshold,
+                     const at::Scalar& value) {
+  dispatchNumbers("aten::threshold_backward", iter.common_dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T t = threshold.to<T>(), v = value.to<T>();
+    binaryLoop<T, T>("aten::threshold_backward", iter,
+                     [t, v](T x, T other) EMBER_INLINE { return x <= t ? v : other; });
+  });
+}
+
+} // namespace ember
+#pragma GCC pop_options
+
+EMBER_REGISTER_STUB(clamp_min_scalar_stub, &ember::clampMinKernel);
+EMBER_REGISTER_STUB(threshold_stub, &ember::thresholdKernel);
+
+namespace ember {
+
+// Chapter 14's host kernel (EmberHostKernel.cpp) computes the dtypes the
+// loops lack (float16 and bfloat16 under autocast, ...) with the CPU's
+// kernels on the device's memory; meta() checks the arguments and sizes
+// the out= tensor first.
+at::Tensor& clamp_min_out(const at::Tensor& self, const at::Scalar& min,
+                          at::Tensor& out) {
+  using Native = at::native::structured_clamp_min_out;
+  if (loopsCompute({out, self})) {
+    return structuredOut<Native>(out, self, min);
+  }
+  StructuredOut<Native>(out).meta(self, min);
+  return at::native::call_fallback_fn<&hostKernel, at::_ops::clamp_min_out>::call(
+      self, min, out);
+}
+
+at::Tensor& threshold_backward_out(const at::Tensor& grad,
+                                   const at::Tensor& self,
+                                   const at::Scalar& threshold,
+                                   at::Tensor& grad_input) {
+  using Native = at::native::structured_threshold_backward_out;
+  if (loopsCompute({grad_input, grad, self})) {
+    return structuredOut<Native>(grad_input, grad, self, threshold);
+  }
+  StructuredOut<Native>(grad_input).meta(grad, self, threshold);
+  return at::native::call_fallback_fn<
+      &hostKernel, at::_ops::threshold_backward_grad_input>::call(grad, self,
+                                                                  threshold,
+                                                                  grad_input);
+}
+
+// relu and relu_ have CPU and CUDA kernels only: ATen's relu (clamp_min with
+// 0) is device-generic, so ember registers it as its own.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("clamp_min.out", &clamp_min_out);
+  m.impl("threshold_backward.grad_input", &threshold_backward_out);
+  m.impl("relu", &at::native::relu);
+  m.impl("relu_", &at::native::relu_);
+}
+
+} // namespace ember
+// ember-book: end relu_ops
 
 // ember-book: begin gelu
 #pragma GCC push_options

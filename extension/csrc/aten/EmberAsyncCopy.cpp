@@ -52,7 +52,11 @@ at::Tensor& copyNonBlocking(at::Tensor& self, const at::Tensor& src,
   EMBER_CHECK(emMemcpyAsync(self.mutable_data_ptr(), src.const_data_ptr(),
                             self.nbytes(), kind, device, stream));
   // The host block must outlive the copy, even if its tensor dies first.
-  if (kind != emMemcpyDeviceToDevice) {
+  // A captured copy is a graph's: the caller keeps the pinned buffer alive
+  // for the replays, as on CUDA (and no event may be recorded meanwhile).
+  int capturing = 0;
+  EMBER_CHECK(emStreamIsCapturing(device, stream, &capturing));
+  if (kind != emMemcpyDeviceToDevice && capturing == 0) {
     const at::Tensor& host = self.is_cpu() ? self : src;
     recordPinnedUse(host.const_data_ptr(), device, stream);
   }

@@ -11,6 +11,7 @@
 
 #include "aten/EmberBlas.h"
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberRecordedLaunch.h"
 
 // ember-book: begin blas_ops
 namespace ember::blas {
@@ -115,8 +116,8 @@ void matmulInto(const char* op, const at::Tensor& a, const at::Tensor& b,
         .s = use_input ? matrixOf<T>(s) : Matrix<const T>{},
         .c = {result.mutable_data_ptr<T>(), d == 3 ? m * n : 0, n, 1},
         .alpha = alpha.to<T>(), .beta = beta.to<T>()};
-    launch({p.a.data, p.b.data, p.s.data, p.c.data},
-           [&](ptrdiff_t offset) { gemm(atOffset(p, offset)); });
+    launchRecorded({p.a.data, p.b.data, p.s.data, p.c.data},
+                   [p](ptrdiff_t offset) { gemm(atOffset(p, offset)); });
   }
   if (!direct) {
     out.copy_(result);

@@ -19,6 +19,7 @@
 
 #include "aten/EmberBlas.h"
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberRecordedLaunch.h"
 
 // ember-book: begin conv_shape
 namespace ember::conv {
@@ -206,9 +207,10 @@ at::Tensor forward(const char* op, const at::Tensor& input,
     const T* b = has_bias ? bias->const_data_ptr<T>() : nullptr;
     T* o = out.mutable_data_ptr<T>();
     const int64_t b_stride = has_bias ? bias->stride(0) : 0;
-    const c10::IntArrayRef strides = input.strides();
+    // Owned: a graph replays the kernel after input's sizes may be gone.
+    const at::DimVector strides(input.strides());
     const int64_t oc_g = s.groupOutChannels();
-    launch({in, w, b, o}, [&](ptrdiff_t offset) {
+    launchRecorded({in, w, b, o}, [=](ptrdiff_t offset) {
       const T* kin = atOffset(in, offset);
       const T* kw = atOffset(w, offset);
       const T* kb = atOffset(b, offset);
@@ -269,11 +271,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
     T* gi = mask[0] ? grad_input.mutable_data_ptr<T>() : nullptr;
     T* gw = mask[1] ? grad_weight.mutable_data_ptr<T>() : nullptr;
     T* gb = mask[2] ? grad_bias.mutable_data_ptr<T>() : nullptr;
-    const c10::IntArrayRef strides = input.strides();
+    // Owned: a graph replays the kernel after input's sizes may be gone.
+    const at::DimVector strides(input.strides());
     const int64_t oc_g = s.groupOutChannels();
     const int64_t cols_size = s.patch() * s.positions();
     const int64_t image_size = input.numel();
-    launch({go, in, w, gi, gw, gb}, [&](ptrdiff_t offset) {
+    launchRecorded({go, in, w, gi, gw, gb}, [=](ptrdiff_t offset) {
       const T* kgo = atOffset(go, offset);
       const T* kin = atOffset(in, offset);
       const T* kw = atOffset(w, offset);

@@ -8,10 +8,29 @@
 #include <c10/core/Scalar.h>
 #include <torch/library.h>
 
+#include "aten/EmberHostKernels.h"
+#include "aten/EmberHostOwned.h"
 #include "runtime/EmberCheck.h"
 #include "driver/ember_driver.h"
 
 // ember-book: begin copy_from
+// EMBER_CHECK for a driver call made on behalf of ATen operator `OP`: a
+// call refused because a graph is capturing names the operator, with CUDA's
+// words ("operation not permitted when stream is capturing"); the driver has
+// invalidated the capture, so capture_end() reports it again. Any other
+// failure reads as EMBER_CHECK's, naming the call.
+#define EMBER_CHECK_OP(OP, EXPR)                                         \
+  do {                                                                   \
+    const emError_t ember_error_ = (EXPR);                               \
+    TORCH_CHECK(ember_error_ != emErrorStreamCapture, "ember: ", OP,     \
+                ": operation not permitted when stream is capturing (",  \
+                emGetErrorDetail(ember_error_), ")");                    \
+    TORCH_CHECK(ember_error_ == emSuccess, "ember driver error: ",       \
+                emGetErrorString(ember_error_),                          \
+                *emGetErrorDetail(ember_error_) != '\0' ? ": " : "",     \
+                emGetErrorDetail(ember_error_), " (in ", #EXPR, ")");    \
+  } while (0)
+
 namespace ember {
 
 // The number of bytes t's elements span in its storage, from its first
@@ -30,16 +49,28 @@ at::Tensor hostLike(const at::Tensor& t) {
   return host;
 }
 
+// Whether device's current stream is capturing a graph.
+bool capturing(c10::Device device) {
+  const int index = device.index();
+  emStream_t stream = 0;
+  int result = 0;
+  EMBER_CHECK(emGetStream(index, &stream));
+  EMBER_CHECK(emStreamIsCapturing(index, stream, &result));
+  return result != 0;
+}
+
 at::Tensor download(const at::Tensor& device_tensor) {
   at::Tensor host = hostLike(device_tensor);
-  EMBER_CHECK(emMemcpy(host.mutable_data_ptr(), device_tensor.const_data_ptr(),
-                       spanBytes(device_tensor), emMemcpyDeviceToHost));
+  EMBER_CHECK_OP("aten::_copy_from",
+                 emMemcpy(host.mutable_data_ptr(), device_tensor.const_data_ptr(),
+                          spanBytes(device_tensor), emMemcpyDeviceToHost));
   return host;
 }
 
 void upload(const at::Tensor& host, const at::Tensor& device_tensor) {
-  EMBER_CHECK(emMemcpy(device_tensor.mutable_data_ptr(), host.const_data_ptr(),
-                       spanBytes(device_tensor), emMemcpyHostToDevice));
+  EMBER_CHECK_OP("aten::_copy_from",
+                 emMemcpy(device_tensor.mutable_data_ptr(), host.const_data_ptr(),
+                          spanBytes(device_tensor), emMemcpyHostToDevice));
 }
 
 // copy_ sends here every copy that involves an ember tensor: CPU -> ember,
@@ -67,8 +98,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
       self.strides() == dst.strides() && self.is_non_overlapping_and_dense() &&
       self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg()) {
-    EMBER_CHECK(emMemcpy(dst.mutable_data_ptr(), self.const_data_ptr(),
-                         dst.nbytes(), kind));
+    if (kind == emMemcpyDeviceToDevice && capturing(dst.device())) {
+      // A graph capturing on the current stream records the copy (CUDA's
+      // device copies are stream work a graph captures too).
+      const int device = dst.device().index();
+      emStream_t stream = 0;
+      EMBER_CHECK(emGetStream(device, &stream));
+      EMBER_CHECK(emMemcpyAsync(dst.mutable_data_ptr(), self.const_data_ptr(),
+                                dst.nbytes(), kind, device, stream));
+      return dst;
+    }
+    EMBER_CHECK_OP("aten::_copy_from",
+                   emMemcpy(dst.mutable_data_ptr(), self.const_data_ptr(),
+                            dst.nbytes(), kind));
     return dst;
   }
   // Anything else needs a kernel: dtype conversion, broadcasting, a strided
@@ -76,6 +118,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   // ATen's CPU copy.
   // So: bring the source's span to the host, let the CPU copy into a host
   // image of the destination, and send that image's bytes to the device.
+  // While a graph captures, a copy on one device is instead one kernel
+  // (ATen's CPU copy on host views, which a graph records and replays):
+  // the round trip through the host would wait for the capturing stream.
+  if (kind == emMemcpyDeviceToDevice && self.device() == dst.device() &&
+      !self.is_conj() && !dst.is_conj() && !self.is_neg() && !dst.is_neg() &&
+      capturing(dst.device())) {
+    onHostOwned("aten::_copy_from", dst.device(), {&self, &dst},
+                [self, dst](const HostView& host) {
+                  host(dst).copy_(host(self));
+                });
+    return dst;
+  }
   const at::Tensor host_src = self.is_cpu() ? self : download(self);
   if (dst.is_cpu()) {
     dst.copy_(host_src);
@@ -118,8 +172,9 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "ember: aten::_local_scalar_dense needs a "
               "tensor with exactly one element, got ", self.numel());
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  EMBER_CHECK(emMemcpy(host.mutable_data_ptr(), self.const_data_ptr(),
-                       self.itemsize(), emMemcpyDeviceToHost));
+  EMBER_CHECK_OP("aten::_local_scalar_dense",
+                 emMemcpy(host.mutable_data_ptr(), self.const_data_ptr(),
+                          self.itemsize(), emMemcpyDeviceToHost));
   // The CPU kernel turns the host copy into a Scalar of the right type.
   return at::native::_local_scalar_dense_cpu(host);
 }

@@ -17,6 +17,7 @@
 
 #include "aten/EmberCustomOps.h"
 #include "aten/EmberLaunch.h"
+#include "aten/EmberRecordedLaunch.h"
 
 // ember-book: begin custom_abs
 namespace ember {
@@ -70,7 +71,7 @@ at::Tensor customAbsEmber(const at::Tensor& self) {
     // The loop runs on the device, through chapter 04's launch: every buffer
     // it touches is named (the driver maps exactly those), and it reaches
     // them at address + offset. An error inside comes out after the launch.
-    launch({in, result}, [&](ptrdiff_t offset) {
+    launchRecorded({in, result}, [=](ptrdiff_t offset) {
       absLoop(atOffset(in, offset), atOffset(result, offset), n);
     });
   });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberHostOwned.h"
 
 // ember-book: begin host_kernel
 namespace ember {
@@ -34,6 +35,30 @@ bool loopsCompute(std::initializer_list<at::Tensor> tensors) {
     }
   }
   return true;
+}
+
+// For an operator whose every result is one of its written arguments (out=,
+// in-place): the index of that argument for each result. Otherwise none.
+std::optional<std::vector<size_t>> writtenArguments(
+    const c10::FunctionSchema& schema) {
+  std::vector<size_t> which;
+  for (const c10::Argument& ret : schema.returns()) {
+    const c10::AliasInfo* a = ret.alias_info();
+    if (a == nullptr || !a->isWrite() || !ret.type()->castRaw<c10::TensorType>()) {
+      return std::nullopt;
+    }
+    std::optional<size_t> found;
+    for (size_t i = 0; i < schema.arguments().size() && !found; ++i) {
+      const c10::AliasInfo* b = schema.arguments()[i].alias_info();
+      if (b != nullptr && b->isWrite() && b->beforeSets() == a->beforeSets()) {
+        found = i;
+      }
+    }
+    if (!found) return std::nullopt;
+    which.push_back(*found);
+  }
+  if (which.empty()) return std::nullopt;
+  return which;
 }
 
 // A boxed kernel, like chapter 03's fallback, but without its copies: the
@@ -90,6 +115,28 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (const at::Tensor& t : tensors) {
     pointers.push_back(&t);
   }
+  if (const auto written = writtenArguments(schema)) {
+    // An out= or in-place operator: its results are arguments, so the
+    // kernel owns everything it needs (a copy of the arguments) and a
+    // graph can record it and run it again in a replay.
+    std::vector<c10::IValue> arguments(stack->begin() + first, stack->end());
+    std::vector<size_t> slots;
+    for (size_t position : positions) slots.push_back(position - first);
+    onHostOwned(name, device, pointers,
+                [op, arguments, tensors, slots](const HostView& host) {
+                  torch::jit::Stack call(arguments);
+                  for (size_t k = 0; k < tensors.size(); ++k) {
+                    call[slots[k]] = host(tensors[k]);
+                  }
+                  op.redispatchBoxed(
+                      c10::DispatchKeySet(c10::DispatchKey::CPU), &call);
+                });
+    std::vector<c10::IValue> returns;
+    for (size_t i : *written) returns.push_back((*stack)[first + i]);
+    torch::jit::drop(*stack, schema.arguments().size());
+    for (c10::IValue& value : returns) stack->push_back(std::move(value));
+    return;
+  }
   std::vector<at::Tensor> results;
   onHost(name.c_str(), device, pointers, [&](const HostView& host) {
     std::vector<at::Tensor> views;
@@ -139,3 +186,53 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          torch::CppFunction::makeFromBoxedFunction<&ember::hostKernel>());
 }
 // ember-book: end layout_host_kernels
+
+// ember-book: begin optimizer_host_ops
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/Resize.h>
+
+// Pointwise out= operators an optimizer's step calls (Adam's lerp, addcmul,
+// addcdiv, pow, reciprocal: ember has no loops for them). The CPU fallback
+// copied them to host memory and back, which a graph cannot record; the host
+// kernel computes them in place, so a captured optimizer step replays. The
+// out= tensors get the inputs' broadcast shape first (resize_output, as the
+// CPU's kernels do), since the host views cannot resize.
+namespace ember {
+namespace {
+
+void pointwiseHostKernel(const c10::OperatorHandle& op,
+                         torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t first = stack->size() - schema.arguments().size();
+  std::optional<at::DimVector> shape;
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i - first].alias_info();
+    const c10::IValue& value = (*stack)[i];
+    if ((alias != nullptr && alias->isWrite()) || !value.isTensor() ||
+        !value.toTensor().defined()) {
+      continue;
+    }
+    const at::Tensor& t = value.toTensor();
+    shape = shape ? at::infer_size_dimvector(*shape, t.sizes())
+                  : at::DimVector(t.sizes());
+  }
+  for (size_t i = first; i < stack->size() && shape; ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i - first].alias_info();
+    if (alias != nullptr && alias->isWrite() && (*stack)[i].isTensor()) {
+      at::native::resize_output((*stack)[i].toTensor(), *shape);
+    }
+  }
+  hostKernel(op, stack);
+}
+
+} // namespace
+} // namespace ember
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"lerp.Scalar_out", "addcmul.out", "addcdiv.out",
+                           "pow.Scalar_out", "reciprocal.out"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<
+                     &ember::pointwiseHostKernel>());
+  }
+}
+// ember-book: end optimizer_host_ops

@@ -1,6 +1,6 @@
 // Running ATen's TensorIterator loops as ember kernels: the elementwise loops
-// the STUB kernels are written with (launched by EmberLaunch.h), and the RAII
-// slot registration for a DispatchStub's PrivateUse1 entry.
+// the STUB kernels are written with (their launch is in EmberLoops.cpp), and
+// the RAII slot registration for a DispatchStub's PrivateUse1 entry.
 #pragma once
 
 #include <ATen/native/DispatchStub.h>
@@ -13,6 +13,8 @@
 #include <c10/util/SmallVector.h>
 
 #include <array>
+#include <cstddef>
+#include <type_traits>
 
 #include "aten/EmberLaunch.h"
 
@@ -102,86 +104,6 @@ void dispatchNumbersAndBool(const char* op, at::ScalarType type, F&& f) {
 } // namespace ember
 // ember-book: end dtype_dispatch
 
-// ember-book: begin elementwise
-namespace ember {
-
-// A row of an elementwise loop: n elements, operand k at data[k] with byte
-// stride strides[k], every pointer ready to use. params: the op's constants.
-using RowLoop = void (*)(char* const* data, const int64_t* strides, int64_t n,
-                         const void* params);
-
-// Outside the CPU, TensorIterator computes the common dtype and checks the
-// promotion, but leaves converting to the kernel: an int tensor added to a
-// float tensor arrives as is, and so does an out= tensor of another dtype.
-inline bool needsCasts(const at::TensorIteratorBase& iter,
-                       at::ScalarType compute, at::ScalarType result) {
-  if (iter.dtype(0) != result) {
-    return true;
-  }
-  for (int i = iter.noutputs(); i < iter.ntensors(); ++i) {
-    if (iter.dtype(i) != compute && !iter.is_cpu_scalar(i)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Runs row over every element of iter (one output, any number of inputs)
-// on the device. Each call of the for_each body gets a run of elements (a
-// chunk of one row: for_each splits the work among threads).
-inline void elementwise(const char* op, at::TensorIteratorBase& iter,
-                        at::ScalarType compute, at::ScalarType result,
-                        RowLoop row, const void* params) {
-  if (iter.numel() == 0) {
-    return;
-  }
-  if (needsCasts(iter, compute, result)) {
-    // Convert the inputs, compute into a temporary of the result dtype, copy
-    // it into the real output (both conversions are ember copies).
-    const at::Tensor& out = iter.output(0);
-    at::Tensor tmp = at::empty(out.sizes(), out.options().dtype(result));
-    at::TensorIteratorConfig config;
-    config.check_all_same_dtype(false).allow_cpu_scalars(true).add_output(tmp);
-    c10::SmallVector<at::Tensor, 4> inputs;
-    for (int i = iter.noutputs(); i < iter.ntensors(); ++i) {
-      const at::Tensor& in = iter.tensor(i);
-      inputs.push_back(iter.is_cpu_scalar(i) ? in : in.to(compute));
-    }
-    for (const at::Tensor& in : inputs) {
-      config.add_const_input(in);
-    }
-    at::TensorIterator converted = config.build();
-    elementwise(op, converted, compute, result, row, params);
-    out.copy_(tmp);
-    return;
-  }
-  // CPU scalars in the compute dtype, converted on the host: the Python
-  // float in `a * 2.5` arrives as a 0-dim double tensor even for float a.
-  std::array<at::Tensor, KernelOperands::kMax> scalars;
-  for (int i = iter.noutputs(); i < iter.ntensors(); ++i) {
-    if (iter.is_cpu_scalar(i)) {
-      scalars[i] = iter.tensor(i).to(compute);
-    }
-  }
-  const int count = iter.ntensors();
-  launch(op, iter, [&](const KernelOperands& operands) {
-    iter.for_each([&](char** data, const int64_t* strides, int64_t n) {
-      std::array<char*, KernelOperands::kMax> ptr;
-      std::array<int64_t, KernelOperands::kMax> stride;
-      for (int k = 0; k < count; ++k) {
-        const bool scalar = scalars[k].defined();
-        ptr[k] = scalar ? static_cast<char*>(scalars[k].data_ptr())
-                        : data[k] + operands.offset[k];
-        stride[k] = scalar ? 0 : strides[k];
-      }
-      row(ptr.data(), stride.data(), n, params);
-    });
-  });
-}
-
-} // namespace ember
-// ember-book: end elementwise
-
 // ember-book: begin row_loops
 // The rows are the hot code: compiled with -O3 even where the rest of the
 // build is not (the book compiles without optimization), so the contiguous
@@ -192,6 +114,19 @@ inline void elementwise(const char* op, at::TensorIteratorBase& iter,
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 namespace ember {
+
+// A row of an elementwise loop: n elements, operand k at data[k] with byte
+// stride strides[k], every pointer ready to use. params: the op's constants.
+using RowLoop = void (*)(char* const* data, const int64_t* strides, int64_t n,
+                         const void* params);
+
+// Runs row over every element of iter (one output, any number of inputs) in
+// one launch on the device (EmberLoops.cpp: compiled once, not in every file
+// of kernels). params: the op's constants, params_size bytes of them, which a
+// graph copies when it records the launch (chapter 15b).
+void elementwise(const char* op, at::TensorIteratorBase& iter,
+                 at::ScalarType compute, at::ScalarType result, RowLoop row,
+                 const void* params, size_t params_size);
 
 template <typename T>
 EMBER_INLINE inline T& element(T* base, int64_t stride_bytes, int64_t i) {
@@ -237,17 +172,22 @@ void binaryRow(char* const* data, const int64_t* s, int64_t n, const void* f_) {
 }
 
 // The kernels call these: the element types pick the row, f travels as a
-// pointer (so a lambda may carry constants such as alpha).
+// pointer and a size (so a lambda may carry constants such as alpha; a
+// trivially copyable one, whose bytes are all a copy of it needs).
 template <typename Out, typename In, typename F>
 void unaryLoop(const char* op, at::TensorIteratorBase& iter, const F& f) {
+  static_assert(std::is_trivially_copyable_v<F>, "a graph copies f's bytes");
   elementwise(op, iter, c10::CppTypeToScalarType<In>::value,
-              c10::CppTypeToScalarType<Out>::value, &unaryRow<Out, In, F>, &f);
+              c10::CppTypeToScalarType<Out>::value, &unaryRow<Out, In, F>, &f,
+              sizeof(F));
 }
 
 template <typename Out, typename In, typename F>
 void binaryLoop(const char* op, at::TensorIteratorBase& iter, const F& f) {
+  static_assert(std::is_trivially_copyable_v<F>, "a graph copies f's bytes");
   elementwise(op, iter, c10::CppTypeToScalarType<In>::value,
-              c10::CppTypeToScalarType<Out>::value, &binaryRow<Out, In, F>, &f);
+              c10::CppTypeToScalarType<Out>::value, &binaryRow<Out, In, F>, &f,
+              sizeof(F));
 }
 
 } // namespace ember

@@ -12,6 +12,7 @@
 #include "aten/EmberLoops.h"
 #include "aten/EmberStructured.h"
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberRecordedLaunch.h"
 
 // ember-book: begin reductions
 #pragma GCC push_options
@@ -38,10 +39,12 @@ void sumLoop(const char* op, at::TensorIterator& iter) {
   for (int64_t d = 0; d < result.dim(); ++d) {
     span += (result.size(d) - 1) * result.stride(d);
   }
-  std::vector<Acc> slots(span, Acc(0));
-  const char* first = static_cast<const char*>(iter.data_ptr(0));
-  launch(op, iter, [&](const KernelOperands& operands) {
-    iter.serial_for_each(
+  launchRecorded(op, iter, [span](at::TensorIteratorBase& it,
+                                  const KernelOperands& operands) {
+    // Made in the body: each replay of a graph sums from zero.
+    std::vector<Acc> slots(span, Acc(0));
+    const char* first = static_cast<const char*>(it.data_ptr(0));
+    it.serial_for_each(
         [&](char** data, const int64_t* strides, int64_t n) {
           T* out = operands.at<T>(data, 0);
           const T* in = operands.at<T>(data, 1);
@@ -63,7 +66,7 @@ void sumLoop(const char* op, at::TensorIterator& iter) {
             }
           }
         },
-        {0, iter.numel()});
+        {0, it.numel()});
   });
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "aten/EmberLaunch.h"
+#include "aten/EmberRecordedLaunch.h"
 #include "driver/ember_driver.h"
 
 namespace ember {
@@ -65,7 +66,7 @@ const bool registered = [] {
 // written in every 4 KiB page of the buffer. false if the launch failed.
 bool touchPages(void* device_ptr, size_t nbytes) {
   try {
-    launch({device_ptr}, [&](ptrdiff_t offset) {
+    launchRecorded({device_ptr}, [=](ptrdiff_t offset) {
       char* data = atOffset(static_cast<char*>(device_ptr), offset);
       for (size_t i = 0; i < nbytes; i += 4096) {
         data[i] = 1;

@@ -95,6 +95,21 @@ emError_t emLaunchKernel(
 // devices. Outside a kernel: emErrorInvalidValue.
 emError_t emGetKernelOffset(ptrdiff_t* offset);
 
+// emLaunchKernel for a kernel that can also be recorded in a graph: while
+// the current stream captures, the driver calls clone(arg) for a heap copy
+// of the argument that owns everything fn needs (copies of tensors and
+// scalars, never references into the caller's stack), records fn with it,
+// and frees it with destroy(copy) when the graph goes. Otherwise fn(arg)
+// runs now, exactly as emLaunchKernel, and clone is never called: the
+// eager path allocates nothing more.
+emError_t emLaunchKernelRecordable(
+    void (*fn)(void* arg),
+    void* arg,
+    void* (*clone)(const void* arg),
+    void (*destroy)(void* copy),
+    void* const* buffers,
+    size_t num_buffers);
+
 emError_t emMemGetStats(int device, emMemStats* stats);
 emError_t emMemResetPeak(int device);
 
@@ -350,8 +365,8 @@ emError_t emMemGetInfo(int device, size_t* free, size_t* total);
 // Graphs: work captured from a stream, replayed with one call (CUDA graphs).
 //
 // Between emStreamBeginCapture and emStreamEndCapture, the stream runs
-// nothing: each emLaunchKernelByValue on it (as the current stream) is
-// recorded instead, with a copy of its argument, and replayed by
+// nothing: each emLaunchKernelByValue or emLaunchKernelRecordable on it (as
+// the current stream) is recorded instead, with a copy of its argument, and replayed by
 // emGraphLaunch on the same buffers. A launch whose argument the driver
 // cannot copy (emLaunchKernel: its fn reads the caller's stack), and every
 // call that would wait for the capturing stream or run work on it now (a
@@ -364,6 +379,23 @@ emError_t emMemGetInfo(int device, size_t* free, size_t* total);
 typedef int64_t emGraph_t;
 
 emError_t emStreamBeginCapture(int device, emStream_t stream);
+// CUDA's capture modes, for the one "potentially unsafe" call ember has: a
+// device synchronize (emDeviceSynchronize), which waits for every stream of
+// the device, the capturing one included. Global (emStreamBeginCapture's):
+// a device synchronize from any thread fails and invalidates the capture.
+// ThreadLocal: only from the thread that began the capture; other threads'
+// synchronize waits for the device's other streams. Relaxed: allowed from
+// every thread (a capturing stream runs nothing, so there is nothing of it
+// to wait for). Calls that act on the capturing stream itself (its
+// synchronize, a synchronous copy on it, an unrecordable launch) inherently
+// conflict with the capture and fail in every mode.
+typedef enum emStreamCaptureMode {
+  emStreamCaptureModeGlobal = 0,
+  emStreamCaptureModeThreadLocal = 1,
+  emStreamCaptureModeRelaxed = 2,
+} emStreamCaptureMode;
+emError_t emStreamBeginCaptureWithMode(int device, emStream_t stream,
+                                       emStreamCaptureMode mode);
 // Ends the capture; *graph gets the new graph (> 0), even with no work in it.
 emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph);
 // *capturing = 1 while (device, stream) captures, else 0.

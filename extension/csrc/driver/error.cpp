@@ -60,7 +60,7 @@ const char* emGetErrorString(emError_t error) {
     case emErrorMemoryAllocation:
       return "out of memory";
     case emErrorStreamCapture:
-      return "operation not permitted while a stream is capturing";
+      return "operation not permitted when stream is capturing";
     case emErrorLaunchFailure:
       return "an asynchronous kernel failed";
   }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,9 +25,15 @@ struct GraphNode {
   std::vector<AllocationPtr> allocs; // the buffers it uses, kept alive
   size_t num_buffers;
   std::string name; // emSetNextLaunchName's at capture ("" if none)
+  // emLaunchKernelRecordable's: the clone of its argument, which owns what
+  // the kernel needs (freed by the launcher's destroy). Empty: use `arg`.
+  std::shared_ptr<void> owned;
+  void* argument() { return owned ? owned.get() : arg.data(); }
 };
 
 struct Capture {
+  emStreamCaptureMode mode = emStreamCaptureModeGlobal;
+  std::thread::id owner; // the thread that began the capture
   std::vector<GraphNode> nodes;
   std::string invalidated_by; // the call that broke the capture, if any
 };
@@ -77,6 +84,18 @@ std::optional<std::vector<AllocationPtr>> allocations_of(void* const* buffers,
 
 } // namespace
 
+bool capture_prohibits_unsafe_call(Stream* s) {
+  if (s == nullptr || s->capture == nullptr) return false;
+  switch (s->capture->mode) {
+    case emStreamCaptureModeRelaxed:
+      return false;
+    case emStreamCaptureModeThreadLocal:
+      return s->capture->owner == std::this_thread::get_id();
+    default:
+      return true;
+  }
+}
+
 emError_t capture_violation(Stream* s, const char* call) {
   if (s == nullptr || s->capture == nullptr) return emSuccess;
   if (s->capture->invalidated_by.empty()) s->capture->invalidated_by = call;
@@ -92,6 +111,38 @@ emError_t capture_violation(Stream* s, const char* call) {
               static_cast<long long>(s->id), s->device, call, why);
 }
 
+void capture_owned(Stream* s, void (*fn)(void*), void* owned,
+                   void (*destroy)(void*), std::vector<AllocationPtr> allocs,
+                   size_t num_buffers, const char* name) {
+  std::shared_ptr<void> copy(owned, destroy); // destroys owned if it throws
+  GraphNode node{fn, {}, std::move(allocs), num_buffers,
+                 name != nullptr ? name : "", std::move(copy)};
+  s->capture->nodes.push_back(std::move(node));
+}
+
+void capture_copy(Stream* s, void* to, const void* from, size_t count,
+                  std::vector<AllocationPtr> allocs) {
+  // The host addresses of both sides, fixed at capture (the graph keeps
+  // their allocations): a replay copies again, re-reading the source, as
+  // a graph's memcpy node does on CUDA.
+  struct Copy {
+    void* to;
+    const void* from;
+    size_t count;
+    static void run(void* arg) {
+      const Copy* c = static_cast<const Copy*>(arg);
+      std::memmove(c->to, c->from, c->count);
+    }
+  };
+  const Copy copy{to, from, count};
+  std::vector<unsigned char> bytes(sizeof(Copy));
+  std::memcpy(bytes.data(), &copy, sizeof(Copy));
+  const size_t num_buffers = allocs.size();
+  s->capture->nodes.push_back(GraphNode{&Copy::run, std::move(bytes),
+                                        std::move(allocs), num_buffers,
+                                        "emMemcpyAsync", nullptr});
+}
+
 } // namespace ember::driver::detail
 
 using namespace ember::driver::detail;
@@ -100,6 +151,17 @@ extern "C" {
 
 emError_t emStreamBeginCapture(int device, emStream_t stream) {
   const EntryPoint entry;
+  return emStreamBeginCaptureWithMode(device, stream, emStreamCaptureModeGlobal);
+}
+
+emError_t emStreamBeginCaptureWithMode(int device, emStream_t stream,
+                                       emStreamCaptureMode mode) {
+  const EntryPoint entry;
+  if (mode != emStreamCaptureModeGlobal &&
+      mode != emStreamCaptureModeThreadLocal &&
+      mode != emStreamCaptureModeRelaxed) {
+    return emErrorInvalidValue;
+  }
   return translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
@@ -111,6 +173,8 @@ emError_t emStreamBeginCapture(int device, emStream_t stream) {
                   static_cast<long long>(stream), device);
     }
     s->capture = new Capture;
+    s->capture->mode = mode;
+    s->capture->owner = std::this_thread::get_id();
     return emSuccess;
   });
 }
@@ -118,6 +182,9 @@ emError_t emStreamBeginCapture(int device, emStream_t stream) {
 emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph) {
   const EntryPoint entry;
   if (graph == nullptr) return emErrorInvalidValue;
+  // An invalidated capture's kernels, destroyed after the lock is released:
+  // their owned arguments may free device memory.
+  std::vector<GraphNode> dropped;
   return translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
@@ -131,6 +198,7 @@ emError_t emStreamEndCapture(int device, emStream_t stream, emGraph_t* graph) {
     std::unique_ptr<Capture> capture(s->capture);
     s->capture = nullptr;
     if (!capture->invalidated_by.empty()) {
+      dropped = std::move(capture->nodes);
       return fail(emErrorStreamCapture,
                   "the capture on stream %lld of ember device %d was "
                   "invalidated by %s",
@@ -224,7 +292,7 @@ emError_t emGraphLaunch(emGraph_t graph, int device, emStream_t stream) {
     KernelScope scope;
     for (GraphNode& node : g->nodes) {
       const uint64_t started = issue.start_ns != 0 ? now_ns() : 0;
-      node.fn(node.arg.data());
+      node.fn(node.argument());
       if (started != 0) spans.emplace_back(started, now_ns());
     }
     return emSuccess;

@@ -393,6 +393,18 @@ emError_t no_wait_in_kernel(const char* call);
 // emSuccess if `s` is not capturing a graph; else the capture is invalidated
 // and the error names `call` (graph.cpp). Caller holds the scheduler mutex.
 emError_t capture_violation(Stream* s, const char* call);
+// Whether s's capture prohibits a potentially unsafe call (a device
+// synchronize) from the calling thread: its capture mode decides.
+bool capture_prohibits_unsafe_call(Stream* s);
+// Records an asynchronous copy (host addresses: copy_target/copy_source)
+// in s's capture; the scheduler's lock is held. Called by emMemcpyAsync.
+void capture_copy(Stream* s, void* to, const void* from, size_t count,
+                  std::vector<AllocationPtr> allocs);
+// Records fn with an owned argument in s's capture (s captures; the
+// scheduler's lock is held). Called by emLaunchKernelRecordable.
+void capture_owned(Stream* s, void (*fn)(void*), void* owned,
+                   void (*destroy)(void*), std::vector<AllocationPtr> allocs,
+                   size_t num_buffers, const char* name);
 
 // Finds sync event `id`, or fails with the detail.
 emError_t find_event(emSyncEvent_t id, SyncEventPtr* out);

@@ -49,9 +49,17 @@ emError_t emGetKernelOffset(ptrdiff_t* offset) {
   return emSuccess;
 }
 
-emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
-                         void* const* buffers, size_t num_buffers) {
-  const EntryPoint entry;
+} // extern "C"
+
+namespace {
+
+// emLaunchKernel, and emLaunchKernelRecordable when clone is given: then a
+// capturing current stream records fn with clone(arg) instead of failing.
+// The capture check shares the lock the stream-order check takes anyway, so
+// a recordable launch costs the eager path nothing more.
+emError_t launch_kernel(void (*fn)(void* arg), void* arg,
+                        void* (*clone)(const void*), void (*destroy)(void*),
+                        void* const* buffers, size_t num_buffers) {
   const char* name = take_launch_name();
   // Timed only while a profiler listens (tracer.cpp): one relaxed load.
   const ActivityIssue issue =
@@ -67,16 +75,25 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   // No lock is held while fn runs, so fn may call back into the driver
   // (including emFree of its own buffers: `allocs` keeps them usable).
   std::optional<HostWork> work;
+  bool recorded = false;
   const emError_t ordered = translate_exceptions([&] {
     if (kernel_depth == 0) {
       std::unique_lock<std::mutex> lock = lock_scheduler();
+      if (stream->capture != nullptr && clone != nullptr) {
+        // Cloned under the lock: clone copies host objects (tensors keep
+        // a reference count) and never calls the driver.
+        capture_owned(stream, fn, clone(arg), destroy, std::move(allocs),
+                      num_buffers, name);
+        recorded = true;
+        return emSuccess;
+      }
       const emError_t captured = capture_violation(stream, "emLaunchKernel");
       if (captured != emSuccess) return captured;
     }
     work.emplace(stream, stream); // in order on the current stream
     return work->status(); // a kernel on the stream failed: fn does not run
   });
-  if (ordered != emSuccess) return ordered;
+  if (ordered != emSuccess || recorded) return ordered;
   const uint64_t started = issue.start_ns != 0 ? now_ns() : 0;
   {
     KernelScope scope;
@@ -100,6 +117,25 @@ emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
   event.stream = stream->id;
   notify(event);
   return emSuccess;
+}
+
+} // namespace
+
+extern "C" {
+
+emError_t emLaunchKernel(void (*fn)(void* arg), void* arg,
+                         void* const* buffers, size_t num_buffers) {
+  const EntryPoint entry;
+  return launch_kernel(fn, arg, nullptr, nullptr, buffers, num_buffers);
+}
+
+emError_t emLaunchKernelRecordable(void (*fn)(void* arg), void* arg,
+                                   void* (*clone)(const void*),
+                                   void (*destroy)(void*),
+                                   void* const* buffers, size_t num_buffers) {
+  const EntryPoint entry;
+  if (clone == nullptr || destroy == nullptr) return emErrorInvalidValue;
+  return launch_kernel(fn, arg, clone, destroy, buffers, num_buffers);
 }
 
 emError_t emLaunchKernelAsync(void (*fn)(void* arg), void* arg,

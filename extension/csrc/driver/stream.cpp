@@ -426,12 +426,20 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
   emError_t status = check_copy(dst, src, count, kind, allocs);
   if (status != emSuccess) return status;
   emEvent event{};
+  bool recorded = false;
   status = translate_exceptions([&] {
     std::unique_lock<std::mutex> lock = lock_scheduler();
     Stream* s = nullptr;
     emError_t found = find_stream(device, stream, &s);
-    if (found == emSuccess) found = capture_violation(s, "emMemcpyAsync");
     if (found != emSuccess || count == 0) return found;
+    if (s->capture != nullptr) {
+      // Recorded, not queued: the copy happens at each replay. The host
+      // side is pinned memory (the caller queues no other host copy).
+      capture_copy(s, copy_target(dst, kind), copy_source(src, kind), count,
+                   std::move(allocs));
+      recorded = true;
+      return emSuccess;
+    }
     event = make_event(emEventMemcpy, allocs[0]->device, count, dst);
     event.memcpy_kind = kind;
     if (kind == emMemcpyDeviceToDevice) event.peer_device = allocs[1]->device;
@@ -451,7 +459,7 @@ emError_t emMemcpyAsync(void* dst, const void* src, size_t count,
     enqueue(s, std::move(op));
     return emSuccess;
   });
-  if (status == emSuccess && count > 0) notify(event);
+  if (status == emSuccess && count > 0 && !recorded) notify(event);
   return status;
 }
 

@@ -3,6 +3,7 @@
 // ember input, computed on ember and equal to the CPU's result bit for bit.
 #include "aten/EmberHostKernels.h"
 #include "aten/EmberLaunch.h"
+#include "aten/EmberRecordedLaunch.h"
 #include "quantized/EmberQuantized.h"
 
 // ember-book: begin quantized_linear
@@ -60,20 +61,21 @@ bool packedByFbgemm(const LinearPackedParamsBase& packed) {
 void requantize(const at::Tensor& acc, const at::Tensor& scale,
                 const at::Tensor& bias, const at::Tensor& out, bool relu) {
   const int64_t rows = acc.size(0), cols = acc.size(1);
-  launch({acc.data_ptr(), scale.data_ptr(), bias.data_ptr(), out.data_ptr()},
-         [&](ptrdiff_t offset) {
-           const int64_t* a = atOffset(acc.const_data_ptr<int64_t>(), offset);
-           const float* s = atOffset(scale.const_data_ptr<float>(), offset);
-           const float* b = atOffset(bias.const_data_ptr<float>(), offset);
-           float* y = atOffset(out.mutable_data_ptr<float>(), offset);
-           for (int64_t i = 0; i < rows; ++i) {
-             for (int64_t j = 0; j < cols; ++j) {
-               const float raw = static_cast<float>(a[i * cols + j]);
-               const float v = std::fma(raw, s[j], b[j]);
-               y[i * cols + j] = relu ? std::max(v, 0.0f) : v;
-             }
-           }
-         });
+  launchRecorded(
+      {acc.data_ptr(), scale.data_ptr(), bias.data_ptr(), out.data_ptr()},
+      [=](ptrdiff_t offset) {
+        const int64_t* a = atOffset(acc.const_data_ptr<int64_t>(), offset);
+        const float* s = atOffset(scale.const_data_ptr<float>(), offset);
+        const float* b = atOffset(bias.const_data_ptr<float>(), offset);
+        float* y = atOffset(out.mutable_data_ptr<float>(), offset);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const float raw = static_cast<float>(a[i * cols + j]);
+            const float v = std::fma(raw, s[j], b[j]);
+            y[i * cols + j] = relu ? std::max(v, 0.0f) : v;
+          }
+        }
+      });
 }
 
 // The boxed kernel of quantized::linear_dynamic and linear_relu_dynamic

@@ -4,6 +4,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/library.h>
@@ -149,6 +150,25 @@ static PlugNewGenerator plug_new_generator(&newGenerator);
 // ember-book: begin reserve_random
 namespace ember {
 
+// A random kernel launches in place (chapter 4's launch): a graph could not
+// record it, and a replay would draw the same numbers again. While the
+// device's current stream captures, the launch the kernel would make is made
+// here, before any number is reserved: the driver refuses it and invalidates
+// the capture, as on CUDA, and the error names the operator.
+static void refuseWhileCapturing(const char* op, c10::Device device) {
+  emStream_t stream = 0;
+  int capturing = 0;
+  EMBER_CHECK(emGetStream(device.index(), &stream));
+  EMBER_CHECK(emStreamIsCapturing(device.index(), stream, &capturing));
+  if (capturing != 0) {
+    const c10::DeviceGuard guard(device);
+    const emError_t error = emLaunchKernel([](void*) {}, nullptr, nullptr, 0);
+    TORCH_CHECK(false, "ember: ", op,
+                ": operation not permitted when stream is capturing (",
+                emGetErrorDetail(error), ")");
+  }
+}
+
 // The generator argument of a random operator, or the default generator of
 // the tensor's device. A generator of another device is refused: its numbers
 // would not be ember's, or not this device's.
@@ -156,6 +176,7 @@ PhiloxSeed reserveRandom(const char* op,
                          const std::optional<at::Generator>& generator,
                          const at::Tensor& self, uint64_t count) {
   const c10::Device device = self.device();
+  refuseWhileCapturing(op, device);
   at::Generator chosen = generator.has_value() && generator->defined()
       ? *generator
       : at::detail::getPrivateUse1Hooks().getDefaultGenerator(device.index());

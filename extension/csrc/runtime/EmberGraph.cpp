@@ -86,7 +86,10 @@ class EmberGraph final : public at::GraphImplInterface {
   // On the current device's current stream, as CUDA's. torch.accelerator.
   // Graph's `with` block picks no stream: it synchronizes, empties the caches
   // and captures on the stream that is current (`with side, graph:`).
-  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode) override {
+  // capture_mode: CUDA's modes, for ember's one potentially unsafe call (a
+  // device synchronize: ember_driver.h, emStreamBeginCaptureWithMode).
+  void capture_begin(at::MempoolId_t pool,
+                     at::GraphCaptureMode capture_mode) override {
     TORCH_CHECK(!capturing_ && graph_ == 0, "ember: this graph holds a "
                 "capture already; reset() it before capturing again");
     EMBER_CHECK(emGetDevice(&device_));
@@ -95,7 +98,14 @@ class EmberGraph final : public at::GraphImplInterface {
         ? at::MempoolId_t{nextPool.fetch_add(1), 0}
         : pool;
     route(device_, stream_, poolKey(pool_));
-    const emError_t began = emStreamBeginCapture(device_, stream_);
+    const emStreamCaptureMode mode =
+        capture_mode == at::GraphCaptureMode::ThreadLocal
+            ? emStreamCaptureModeThreadLocal
+        : capture_mode == at::GraphCaptureMode::Relaxed
+            ? emStreamCaptureModeRelaxed
+            : emStreamCaptureModeGlobal; // Default is Global, as CUDA's
+    const emError_t began =
+        emStreamBeginCaptureWithMode(device_, stream_, mode);
     if (began != emSuccess) {
       route(device_, 0, 0);
       EMBER_CHECK(began);
@@ -109,10 +119,12 @@ class EmberGraph final : public at::GraphImplInterface {
     route(device_, 0, 0);
     const emError_t ended = emStreamEndCapture(device_, stream_, &graph_);
     TORCH_CHECK(ended != emErrorStreamCapture, "ember: the graph capture "
-                "failed: ", emGetErrorDetail(ended), ". Ember records kernels "
-                "launched by value (the ones torch.compile generates); an eager "
-                "ember operator, a copy to or from the host and a synchronize "
-                "cannot be captured.");
+                "failed: operation not permitted when stream is capturing: ",
+                emGetErrorDetail(ended), ". Ember records its kernels (eager "
+                "and compiled), device copies and copies from pinned host "
+                "memory; a synchronize, a copy to pageable host memory, a host "
+                "read of a device value and a random kernel cannot be "
+                "captured.");
     EMBER_CHECK(ended);
   }
 

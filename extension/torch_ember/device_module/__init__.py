@@ -25,6 +25,7 @@ relatively), so the book loads this package by path without the compiled backend
 from __future__ import annotations
 
 from . import devices as devices
+from . import graphs as graphs
 from . import host_memory as host_memory
 from . import memory as memory
 from . import mixed_precision as mixed_precision
@@ -44,6 +45,7 @@ from .devices import (
     set_device,
     synchronize,
 )
+from .graphs import EmberGraph, graph, graph_pool_handle
 from .host_memory import empty_host_cache as empty_host_cache
 from .host_memory import (
     host_memory_stats,
@@ -115,6 +117,7 @@ def __getattr__(name: str) -> bool:
 # default_generator, the storage formats) and what PyTorch asks for (_is_in_bad_fork) are
 # imported as `name as name`: public, but not listed.
 __all__ = [
+    "EmberGraph",
     "Event",
     "Stream",
     "StreamContext",
@@ -127,6 +130,8 @@ __all__ = [
     "get_allocator_backend",
     "get_amp_supported_dtype",
     "get_rng_state",
+    "graph",
+    "graph_pool_handle",
     "get_rng_state_all",
     "host_memory_stats",
     "host_memory_stats_as_nested_dict",

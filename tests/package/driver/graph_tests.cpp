@@ -25,6 +25,18 @@ void add_one(void* raw) {
 
 void by_reference(void*) {}
 
+// emLaunchKernelRecordable's argument: clones and destroys are counted.
+int clones = 0;
+int destroys = 0;
+void* clone_add_one(const void* arg) {
+  ++clones;
+  return new AddOne(*static_cast<const AddOne*>(arg));
+}
+void destroy_add_one(void* copy) {
+  ++destroys;
+  delete static_cast<AddOne*>(copy);
+}
+
 float first_of(float* device_data) {
   float value = -1;
   emMemcpy(&value, device_data, sizeof value, emMemcpyDeviceToHost);
@@ -103,6 +115,38 @@ void test_graphs() {
   CHECK_OK(emMemcpy(raw, &zero, sizeof zero, emMemcpyHostToDevice));
   CHECK_OK(emLaunchKernelByValue(&add_one, &now, sizeof now, more, 1));
   CHECK(first_of(static_cast<float*>(raw)) == 1.0f);
+
+  // A recordable launch runs in place outside a capture: never cloned.
+  CHECK_OK(emLaunchKernelRecordable(&add_one, &now, &clone_add_one,
+                                    &destroy_add_one, more, 1));
+  CHECK(first_of(static_cast<float*>(raw)) == 2.0f && clones == 0);
+  CHECK_EM(emLaunchKernelRecordable(&add_one, &now, nullptr, &destroy_add_one,
+                                    more, 1),
+           emErrorInvalidValue);
+  // While capturing it is cloned once and recorded; the graph owns the clone
+  // (the caller's argument may go), and destroys it with itself.
+  CHECK_OK(emStreamBeginCapture(0, stream));
+  {
+    AddOne local{static_cast<float*>(raw), 1};
+    CHECK_OK(emLaunchKernelRecordable(&add_one, &local, &clone_add_one,
+                                      &destroy_add_one, more, 1));
+    local.n = 0; // the clone was taken at capture
+  }
+  CHECK_OK(emStreamEndCapture(0, stream, &graph));
+  CHECK(clones == 1 && destroys == 0);
+  CHECK(first_of(static_cast<float*>(raw)) == 2.0f); // recorded, not run
+  CHECK_OK(emGraphLaunch(graph, 0, stream));
+  CHECK_OK(emGraphLaunch(graph, 0, stream));
+  CHECK(first_of(static_cast<float*>(raw)) == 4.0f);
+  CHECK_OK(emGraphDestroy(graph));
+  CHECK(destroys == 1);
+  // An invalidated capture destroys what it had recorded.
+  CHECK_OK(emStreamBeginCapture(0, stream));
+  CHECK_OK(emLaunchKernelRecordable(&add_one, &now, &clone_add_one,
+                                    &destroy_add_one, more, 1));
+  CHECK_EM(emDeviceSynchronize(0), emErrorStreamCapture);
+  CHECK_EM(emStreamEndCapture(0, stream, &graph), emErrorStreamCapture);
+  CHECK(clones == 2 && destroys == 2);
   CHECK_OK(emFree(raw));
   CHECK_OK(emSetStream(0, 0));
 }

@@ -1,0 +1,177 @@
+"""Graphs of eager code on the installed torch_ember, with CUDA's semantics: every ember kernel, copy between
+device buffers and copy from pinned host memory is recorded while a stream captures, a replay equals running
+the code again eagerly, and what cannot be captured (a synchronize, a host read of a device value, a copy to
+pageable host memory, a random kernel) is an error in CUDA's words naming the operator, which invalidates
+the capture."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch_ember  # noqa: F401
+from torch import nn
+
+
+def capture(work: Callable[[], object], **graph_args: object) -> tuple[torch.accelerator.Graph, object]:
+    graph = torch.accelerator.Graph(**graph_args)  # type: ignore[arg-type]
+    with torch.ember.stream(torch.ember.Stream()), graph:
+        out = work()
+    return graph, out
+
+
+def test_an_eager_in_place_add_is_recorded_not_run_and_replayed() -> None:
+    x = torch.zeros(4, device="ember")
+    graph, _ = capture(lambda: x.add_(1))
+    assert x.cpu().tolist() == [0.0] * 4  # recorded, not run
+    graph.replay()
+    graph.replay()
+    assert x.cpu().tolist() == [2.0] * 4
+    graph.reset()
+
+
+def test_eager_kernels_keep_their_arguments_after_the_caller_returns() -> None:
+    # Temporaries, CPU scalars, fills, where and reductions: each kernel owns what it uses.
+    x = torch.arange(6, dtype=torch.float32, device="ember").reshape(2, 3)
+    graph, out = capture(
+        lambda: ((x * 2.5 + 1).relu().sum(dim=0), torch.where(x > 2, x, torch.zeros_like(x)))
+    )
+    graph.replay()
+    expected = ((x.cpu() * 2.5 + 1).relu().sum(dim=0), torch.where(x.cpu() > 2, x.cpu(), 0.0))
+    assert torch.equal(out[0].cpu(), expected[0]) and torch.equal(out[1].cpu(), expected[1])
+    x.mul_(-1)  # replays read the inputs again
+    graph.replay()
+    assert torch.equal(out[0].cpu(), (x.cpu() * 2.5 + 1).relu().sum(dim=0))
+    graph.reset()
+
+
+def make_step(optimizer_name: str) -> tuple[nn.Module, Callable[[torch.Tensor, torch.Tensor], None]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to("ember")
+    if optimizer_name == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=False)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+
+    return model, step
+
+
+@pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
+def test_a_captured_training_step_replays_as_the_eager_one(optimizer_name: str) -> None:
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, 16), torch.randn(8, 4)) for _ in range(4)]
+    eager, eager_step = make_step(optimizer_name)
+    for x, y in batches:
+        eager_step(x.to("ember"), y.to("ember"))
+    graphed, step = make_step(optimizer_name)
+    static_x = torch.zeros(8, 16, device="ember")
+    static_y = torch.zeros(8, 4, device="ember")
+    static_x.copy_(batches[0][0])
+    static_y.copy_(batches[0][1])
+    side = torch.ember.Stream()
+    with torch.ember.stream(side):  # warm up: optimizer state and grads exist before the capture
+        step(static_x, static_y)
+    graph = torch.accelerator.Graph()
+    with torch.ember.stream(side), graph:
+        step(static_x, static_y)
+    for x, y in batches[1:]:
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+    for mine, theirs in zip(graphed.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(mine.cpu(), theirs.cpu(), rtol=1e-5, atol=1e-6)
+    graph.reset()
+
+
+def test_copies_from_pinned_memory_and_between_device_buffers_are_replayed() -> None:
+    host = torch.zeros(4).pin_memory()
+    staged = torch.zeros(4, device="ember")
+    moved = torch.zeros(4, device="ember")
+
+    def work() -> None:
+        staged.copy_(host, non_blocking=True)
+        moved.copy_(staged * 2)
+
+    graph, _ = capture(work)
+    host.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    graph.replay()
+    torch.ember.synchronize()
+    assert moved.cpu().tolist() == [2.0, 4.0, 6.0, 8.0]
+    host.fill_(5)  # a replay reads the pinned buffer again
+    graph.replay()
+    assert staged.cpu().tolist() == [5.0] * 4 and moved.cpu().tolist() == [10.0] * 4
+    graph.reset()
+
+
+def test_a_custom_operator_kernel_is_replayed() -> None:
+    x = torch.tensor([-1.0, 2.0, -3.0], device="ember")
+    graph, out = capture(lambda: torch.ops.ember.custom_abs(x))
+    graph.replay()
+    assert out.cpu().tolist() == [1.0, 2.0, 3.0]  # type: ignore[union-attr]
+    x.mul_(2)
+    graph.replay()
+    assert out.cpu().tolist() == [2.0, 4.0, 6.0]  # type: ignore[union-attr]
+    graph.reset()
+
+
+@pytest.mark.parametrize(
+    ("work", "names"),
+    [
+        (lambda x: x.sum().item(), "aten::_local_scalar_dense"),
+        (lambda x: str(x), "aten::"),
+        (lambda x: x.cpu(), "aten::_copy_from"),
+        (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
+        (lambda x: torch.rand(4, device="ember"), "aten::uniform_"),
+        (lambda x: torch.nn.functional.dropout(x, 0.5), "aten::native_dropout"),
+    ],
+)
+def test_what_cannot_be_captured_fails_in_cudas_words_and_invalidates_the_capture(
+    work: Callable[[torch.Tensor], object], names: str
+) -> None:
+    x = torch.ones(4, device="ember")
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing") as raised:
+        with torch.ember.stream(torch.ember.Stream()), graph:
+            work(x)
+    # The operator's error, then capture_end's (raised by the `with` block's exit, while the first propagates).
+    first = raised.value.__context__ if raised.value.__context__ is not None else raised.value
+    assert names in str(first) and "operation not permitted when stream is capturing" in str(first)
+    assert "the graph capture failed" in str(raised.value)
+    with pytest.raises(RuntimeError, match="holds no capture"):
+        graph.replay()
+    assert (x + 1).cpu().tolist() == [2.0] * 4  # nothing is left capturing
+
+
+def test_a_capture_error_is_reported_again_by_capture_end() -> None:
+    x = torch.ones(4, device="ember")
+    graph = torch.accelerator.Graph()
+    with torch.ember.stream(torch.ember.Stream()):
+        graph.capture_begin()
+        with pytest.raises(RuntimeError, match="aten::_local_scalar_dense"):
+            x.sum().item()
+        with pytest.raises(RuntimeError, match="the graph capture failed: operation not permitted"):
+            graph.capture_end()
+
+
+def test_the_graph_pool_holds_the_captures_memory_until_reset() -> None:
+    gc.collect()  # an earlier test's garbage is freed now, not between the two measurements
+    x = torch.ones(1 << 16, device="ember")
+    torch.ember.synchronize()
+    torch.ember.empty_cache()
+    allocated, reserved = torch.ember.memory_allocated(), torch.ember.memory_reserved()
+    graph, out = capture(lambda: (x * 2) + 1)
+    assert torch.ember.memory_allocated() > allocated
+    del out
+    torch.ember.empty_cache()
+    assert torch.ember.memory_reserved() > reserved  # kept for the replays
+    graph.reset()
+    torch.ember.empty_cache()
+    assert torch.ember.memory_allocated() == allocated and torch.ember.memory_reserved() == reserved
