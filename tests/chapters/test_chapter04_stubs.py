@@ -21,7 +21,7 @@ from book.run.chapter import Chapter
 
 CHAPTER = "stub_kernels"
 EMBER = "privateuseone"
-LOOP_PARTS = ["stub_registration", "kernel_launch", "dtype_dispatch", "elementwise", "row_loops"]
+LOOP_PARTS = ["stub_registration", "kernel_launch", "dtype_dispatch", "row_loops", "elementwise"]
 FAMILY_PARTS = ["abs_stub", "abs_out", "structured_out", "resize_out", "unary_ops", "binary_ops",
                 "comparison_ops", "fill_where", "relu_ops", "reductions"]  # fmt: skip
 
