@@ -25,11 +25,14 @@
 // ember-book: end convolution.v3
 
 // ember-book: begin batch_norm.v1
-@@ -30,4 +30,1 @@ sha256:ffdd1a21bf
-+// running statistics; the saved ones are empty, as on the CPU.
-@@ -70,6 +66,0 @@ sha256:2d96fc68be
-@@ -77,18 +67,0 @@ sha256:c0c60575af
-@@ -149,3 +121,0 @@ sha256:26e6eacf4a
+@@ -55,1 +55,1 @@ sha256:4d175a91b1
++  onHost(op, input.device(),
+@@ -59,1 +59,1 @@ sha256:65f27fd078
++         [&](const HostView& host) {
+@@ -91,1 +91,1 @@ sha256:4d175a91b1
++  onHost(op, input.device(),
+@@ -95,1 +95,1 @@ sha256:65f27fd078
++         [&](const HostView& host) {
 // ember-book: end batch_norm.v1
 
 // ember-book: begin random_registration.v2
@@ -64,9 +67,14 @@
 // ember-book: end random_dtypes.v1
 
 // ember-book: begin nll_loss.v1
-@@ -19,6 +19,2 @@ sha256:923238abce
-+  TORCH_CHECK(target.device() == self.device(), "ember: ", op, " expects the ",
-+              "target on ", self.device(), ", got it on ", target.device());
+@@ -26,1 +26,1 @@ sha256:d505c6d794
++  onHost(op, self.device(),
+@@ -28,1 +28,1 @@ sha256:65f27fd078
++         [&](const HostView& host) {
+@@ -44,1 +44,1 @@ sha256:d505c6d794
++  onHost(op, self.device(),
+@@ -47,1 +47,1 @@ sha256:65f27fd078
++         [&](const HostView& host) {
 // ember-book: end nll_loss.v1
 
 // ember-book: begin blas_ops.v2
@@ -86,7 +94,7 @@
 
 // ember-book: begin host_kernel.v1
 @@ -20,24 +19,0 @@ sha256:77757b4042
-@@ -95,22 +70,0 @@ sha256:70d28adf8e
+@@ -95,25 +70,0 @@ sha256:54c4c8ad1b
 // ember-book: end host_kernel.v1
 
 // ember-book: begin reductions.v2
@@ -96,3 +104,25 @@
 @@ -35,1 +34,1 @@ sha256:d8909de3fe
 +        {0, iter.numel()});
 // ember-book: end reductions.v2
+
+// ember-book: begin softmax.v1
+@@ -14,1 +14,1 @@ sha256:6f242ce79f
++  onHost(op, self.device(), {&self, &out}, [&](const HostView& host) {
+@@ -32,2 +32,2 @@ sha256:7cef3dd2fc
++  onHost(op, output.device(), {&grad_output, &output, &grad_input},
++         [&](const HostView& host) {
+// ember-book: end softmax.v1
+
+// ember-book: begin max_pool2d.v1
+@@ -56,3 +56,1 @@ sha256:c6c08fe955
++  onHost(op, self.device(), {&self, &out, &indices}, [&](const HostView& host) {
+@@ -60,2 +58,2 @@ sha256:c1f4421bad
++    at::max_pool2d_with_indices_outf(host(self), kernel_size, stride, padding,
++                                     dilation, ceil_mode, h_out, h_indices);
+@@ -78,3 +76,2 @@ sha256:3ca5b06492
++  onHost(op, self.device(), {&grad_output, &self, &indices, &grad_input},
++         [&](const HostView& host) {
+@@ -83,2 +80,2 @@ sha256:071f4be833
++               host(grad_output), host(self), kernel_size, stride, padding,
++               dilation, ceil_mode, host(indices), h_grad_input);
+// ember-book: end max_pool2d.v1

@@ -30,6 +30,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: end random_registration.v1
 
 // ember-book: begin reserve_random.v1
-@@ -2,19 +1,0 @@ sha256:1bc4a7f643
-@@ -29,1 +9,0 @@ sha256:6435cb6e70
+@@ -3,4 +2,0 @@ sha256:faafa577ca
+@@ -14,1 +9,0 @@ sha256:6435cb6e70
 // ember-book: end reserve_random.v1

@@ -1,8 +1,8 @@
-"""Graphs of eager code on the installed torch_ember, with CUDA's semantics: every ember kernel, copy between
-device buffers and copy from pinned host memory is recorded while a stream captures, a replay equals running
+"""Graphs of eager code on the installed torch_ember, with CUDA's semantics: ember's kernels, copies between
+device buffers and copies from pinned host memory are recorded while a stream captures, a replay equals running
 the code again eagerly, and what cannot be captured (a synchronize, a host read of a device value, a copy to
-pageable host memory, a random kernel) is an error in CUDA's words naming the operator, which invalidates
-the capture."""
+pageable host memory, a random kernel, a host kernel's new result) is an error in CUDA's words naming the
+operator, which invalidates the capture."""
 
 from __future__ import annotations
 
@@ -175,3 +175,49 @@ def test_the_graph_pool_holds_the_captures_memory_until_reset() -> None:
     graph.reset()
     torch.ember.empty_cache()
     assert torch.ember.memory_allocated() == allocated and torch.ember.memory_reserved() == reserved
+
+
+def test_a_step_with_cross_entropy_batch_norm_and_max_pooling_replays_equal_to_eager() -> None:
+    # softmax, nll_loss, batch norm and max pooling run CPU kernels on host views (onHostOwned): recorded too.
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Unflatten(1, (2, 4, 4)), nn.BatchNorm2d(2), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 5)
+        ).to("ember")
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    x, y = torch.randn(6, 32, device="ember"), torch.randint(0, 5, (6,), device="ember")
+    (eager, eager_opt), (captured, captured_opt) = build(), build()
+
+    def step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad(set_to_none=False)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    side = torch.ember.Stream()
+    with torch.ember.stream(side):
+        step(captured, captured_opt)  # the warm-up makes the gradients and the momentum buffers
+    torch.ember.synchronize()
+    graph = torch.ember.EmberGraph()
+    with torch.ember.graph(graph, stream=side):
+        step(captured, captured_opt)  # recorded, not run
+    for _ in range(4):
+        step(eager, eager_opt)
+    for _ in range(3):
+        graph.replay()
+    torch.ember.synchronize()
+    for a, b in zip(eager.state_dict().values(), captured.state_dict().values(), strict=True):
+        assert torch.equal(a.cpu(), b.cpu())  # weights, running statistics and the batch count
+    graph.reset()
+
+
+def test_a_functional_host_kernel_is_refused_by_name() -> None:
+    # native_layer_norm's result is made in host memory and copied over: no graph can record that.
+    x = torch.randn(3, 8, device="ember")
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing") as raised:
+        with torch.ember.stream(torch.ember.Stream()), graph:
+            nn.functional.layer_norm(x, (8,))
+    first = raised.value.__context__ if raised.value.__context__ is not None else raised.value
+    assert "aten::native_layer_norm" in str(first)
+    assert (x + 1).cpu().shape == (3, 8)  # nothing is left capturing

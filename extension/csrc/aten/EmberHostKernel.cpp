@@ -137,6 +137,9 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (c10::IValue& value : returns) stack->push_back(std::move(value));
     return;
   }
+  // A new result is made in host memory and copied to the device after the
+  // launch, which a graph cannot record: refused by name while capturing.
+  refuseWhileCapturing(name.c_str(), device);
   std::vector<at::Tensor> results;
   onHost(name.c_str(), device, pointers, [&](const HostView& host) {
     std::vector<at::Tensor> views;

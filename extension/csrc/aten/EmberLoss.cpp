@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberHostOwned.h"
 
 // ember-book: begin softmax
 namespace ember {
@@ -31,7 +32,7 @@ Tensor softmaxForward(const char* op, const Tensor& self, int64_t dim,
   const c10::DeviceGuard guard(self.device());
   const at::ScalarType dtype = half_to_float ? at::kFloat : self.scalar_type();
   Tensor out = at::empty(self.sizes(), self.options().dtype(dtype));
-  onHost(op, self.device(), {&self, &out}, [&](const HostView& host) {
+  onHostOwned(op, self.device(), {&self, &out}, [=](const HostView& host) {
     Tensor h_out = host(out);
     kernel(host(self), dim, half_to_float, h_out);
   });
@@ -49,8 +50,8 @@ Tensor softmaxBackward(const char* op, const Tensor& grad_output,
               output.sizes(), ", got ", grad_output.sizes());
   const c10::DeviceGuard guard(output.device());
   Tensor grad_input = at::empty(output.sizes(), output.options().dtype(input_dtype));
-  onHost(op, output.device(), {&grad_output, &output, &grad_input},
-         [&](const HostView& host) {
+  onHostOwned(op, output.device(), {&grad_output, &output, &grad_input},
+         [=](const HostView& host) {
            Tensor h_grad_input = host(grad_input);
            kernel(host(grad_output), host(output), dim, input_dtype, h_grad_input);
          });
@@ -116,9 +117,9 @@ std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& self,
   Tensor output = per_sample ? at::empty({self.size(0)}, self.options())
                              : at::empty({}, self.options());
   Tensor total_weight = at::empty({}, self.options());
-  onHost(op, self.device(),
+  onHostOwned(op, self.device(),
          {&self, &target, &orUndefined(weight), &output, &total_weight},
-         [&](const HostView& host) {
+         [=](const HostView& host) {
            Tensor h_output = host(output), h_total = host(total_weight);
            at::nll_loss_forward_outf(host(self), host(target), host(weight),
                                      reduction, ignore_index, h_output, h_total);
@@ -134,10 +135,10 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self,
   constexpr const char* op = "aten::nll_loss_backward";
   const c10::DeviceGuard guard(self.device());
   Tensor grad_input = at::empty(self.sizes(), self.options());
-  onHost(op, self.device(),
+  onHostOwned(op, self.device(),
          {&grad_output, &self, &target, &orUndefined(weight), &total_weight,
           &grad_input},
-         [&](const HostView& host) {
+         [=](const HostView& host) {
            Tensor h_grad_input = host(grad_input);
            at::nll_loss_backward_outf(host(grad_output), host(self),
                                       host(target), host(weight), reduction,

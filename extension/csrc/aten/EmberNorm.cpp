@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberHostOwned.h"
 
 // ember-book: begin batch_norm
 namespace ember {
@@ -71,11 +72,11 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
                          input.options().memory_format(input.suggest_memory_format()));
   Tensor save_mean = at::empty({channels}, stats);
   Tensor save_invstd = at::empty({channels}, stats);
-  onHost(op, input.device(),
+  onHostOwned(op, input.device(),
          {&input, &orUndefined(weight), &orUndefined(bias),
           &orUndefined(running_mean), &orUndefined(running_var), &out,
           &save_mean, &save_invstd},
-         [&](const HostView& host) {
+         [=](const HostView& host) {
            Tensor h_out = host(out), h_mean = host(save_mean),
                   h_invstd = host(save_invstd);
            at::native_batch_norm_outf(host(input), host(weight), host(bias),
@@ -131,11 +132,11 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(
       input.sizes(), input.options().memory_format(input.suggest_memory_format()));
   Tensor grad_weight = at::empty({input.size(1)}, stats);
   Tensor grad_bias = at::empty({input.size(1)}, stats);
-  onHost(op, input.device(),
+  onHostOwned(op, input.device(),
          {&grad_out, &input, &orUndefined(weight), &orUndefined(running_mean),
           &orUndefined(running_var), &orUndefined(save_mean),
           &orUndefined(save_invstd), &grad_input, &grad_weight, &grad_bias},
-         [&](const HostView& host) {
+         [=](const HostView& host) {
            const auto [gi, gw, gb] = at::native_batch_norm_backward(
                host(grad_out), host(input), host(weight), host(running_mean),
                host(running_var), host(save_mean), host(save_invstd), train,

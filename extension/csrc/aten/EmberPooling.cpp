@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "aten/EmberHostKernels.h"
+#include "aten/EmberHostOwned.h"
 
 // ember-book: begin max_pool2d
 namespace ember {
@@ -68,10 +69,12 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(
   const auto layout = self.options().memory_format(self.suggest_memory_format());
   Tensor out = at::empty(shape, layout);
   Tensor indices = at::empty(shape, layout.dtype(at::kLong));
-  onHost(op, self.device(), {&self, &out, &indices}, [&](const HostView& host) {
+  // Owned copies of the lists: a graph's replay runs after the call is gone.
+  const at::DimVector ks(kernel_size), st(stride), pad(padding), dil(dilation);
+  onHostOwned(op, self.device(), {&self, &out, &indices}, [=](const HostView& host) {
     Tensor h_out = host(out), h_indices = host(indices);
-    at::max_pool2d_with_indices_outf(host(self), kernel_size, stride, padding,
-                                     dilation, ceil_mode, h_out, h_indices);
+    at::max_pool2d_with_indices_outf(host(self), ks, st, pad, dil, ceil_mode,
+                                     h_out, h_indices);
   });
   return {out, indices};
 }
@@ -88,12 +91,13 @@ Tensor max_pool2d_with_indices_backward(
   const c10::DeviceGuard guard(self.device());
   Tensor grad_input = at::empty(
       self.sizes(), self.options().memory_format(self.suggest_memory_format()));
-  onHost(op, self.device(), {&grad_output, &self, &indices, &grad_input},
-         [&](const HostView& host) {
+  const at::DimVector ks(kernel_size), st(stride), pad(padding), dil(dilation);
+  onHostOwned(op, self.device(), {&grad_output, &self, &indices, &grad_input},
+         [=](const HostView& host) {
            Tensor h_grad_input = host(grad_input);
            at::max_pool2d_with_indices_backward_outf(
-               host(grad_output), host(self), kernel_size, stride, padding,
-               dilation, ceil_mode, host(indices), h_grad_input);
+               host(grad_output), host(self), ks, st, pad, dil, ceil_mode,
+               host(indices), h_grad_input);
          });
   return grad_input;
 }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <ATen/native/TensorIterator.h>
+#include <c10/core/Device.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
@@ -71,6 +73,25 @@ void launchRecorded(c10::ArrayRef<const void*> buffers, const Body& body) {
       const_cast<void* const*>(buffers.data()), buffers.size()));
   if (call.error) {
     std::rethrow_exception(call.error);
+  }
+}
+
+// For work that launches in place (a random kernel) or copies through host
+// memory (a host kernel's new result): while the device's current stream
+// captures, makes the in-place launch the work would make, which the driver
+// refuses, invalidating the capture as CUDA does, and raises CUDA's error
+// with the operator's name.
+inline void refuseWhileCapturing(const char* op, c10::Device device) {
+  emStream_t stream = 0;
+  int capturing = 0;
+  EMBER_CHECK(emGetStream(device.index(), &stream));
+  EMBER_CHECK(emStreamIsCapturing(device.index(), stream, &capturing));
+  if (capturing != 0) {
+    const c10::DeviceGuard guard(device);
+    const emError_t error = emLaunchKernel([](void*) {}, nullptr, nullptr, 0);
+    TORCH_CHECK(false, "ember: ", op,
+                ": operation not permitted when stream is capturing (",
+                emGetErrorDetail(error), ")");
   }
 }
 

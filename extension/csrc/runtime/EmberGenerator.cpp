@@ -4,7 +4,6 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/library.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "runtime/EmberGenerator.h"
+#include "aten/EmberRecordedLaunch.h"
 #include "driver/ember_driver.h"
 #include "runtime/EmberCheck.h"
 #include "runtime/EmberHooks.h"
@@ -151,24 +151,9 @@ static PlugNewGenerator plug_new_generator(&newGenerator);
 namespace ember {
 
 // A random kernel launches in place (chapter 4's launch): a graph could not
-// record it, and a replay would draw the same numbers again. While the
-// device's current stream captures, the launch the kernel would make is made
-// here, before any number is reserved: the driver refuses it and invalidates
-// the capture, as on CUDA, and the error names the operator.
-static void refuseWhileCapturing(const char* op, c10::Device device) {
-  emStream_t stream = 0;
-  int capturing = 0;
-  EMBER_CHECK(emGetStream(device.index(), &stream));
-  EMBER_CHECK(emStreamIsCapturing(device.index(), stream, &capturing));
-  if (capturing != 0) {
-    const c10::DeviceGuard guard(device);
-    const emError_t error = emLaunchKernel([](void*) {}, nullptr, nullptr, 0);
-    TORCH_CHECK(false, "ember: ", op,
-                ": operation not permitted when stream is capturing (",
-                emGetErrorDetail(error), ")");
-  }
-}
-
+// record it, and a replay would draw the same numbers again. While the stream
+// captures, it is refused here (refuseWhileCapturing, EmberRecordedLaunch.h),
+// before any number is reserved.
 // The generator argument of a random operator, or the default generator of
 // the tensor's device. A generator of another device is refused: its numbers
 // would not be ember's, or not this device's.
