@@ -7,9 +7,12 @@
 #include <ATen/native/TensorCompare.h>
 #include <ATen/ops/clamp_min_native.h>
 #include <ATen/ops/gelu_backward_meta.h>
+#include <ATen/ops/gelu_backward_ops.h>
 #include <ATen/ops/gelu_meta.h>
+#include <ATen/ops/gelu_ops.h>
 #include <ATen/ops/relu_native.h>
 #include <ATen/ops/threshold_backward_native.h>
+#include <ATen/ops/threshold_backward_ops.h>
 #include <torch/library.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // Unary elementwise operators: ATen's out= implementations run, their stubs
 // land on ember's loops.
 #include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
 #include <ATen/native/UnaryOps.h>
 #include <ATen/ops/abs_native.h>
 #include <ATen/ops/cos_native.h>

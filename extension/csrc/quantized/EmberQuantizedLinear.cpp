@@ -12,6 +12,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <ATen/native/quantized/PackedParams.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/quantize_per_tensor_dynamic.h>

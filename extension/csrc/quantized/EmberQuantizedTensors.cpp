@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_empty_affine_quantized_native.h>
 #include <ATen/ops/_empty_per_channel_affine_quantized_native.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like_native.h>
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/empty_quantized_native.h>
