@@ -93,8 +93,9 @@
 // ember-book: end fill_where.v2
 
 // ember-book: begin host_kernel.v1
-@@ -20,24 +19,0 @@ sha256:77757b4042
-@@ -95,25 +70,0 @@ sha256:54c4c8ad1b
+@@ -20,129 +19,0 @@ sha256:7f6a1c3396
+@@ -200,29 +70,0 @@ sha256:a81d7e47c6
+@@ -262,21 +103,0 @@ sha256:bff9c363d4
 // ember-book: end host_kernel.v1
 
 // ember-book: begin reductions.v2

@@ -13,6 +13,11 @@
 @@ -24,5 +5,0 @@ sha256:e007e380bf
 // ember-book: end cpu_fallback.v1
 
+// ember-book: begin cpu_fallback.v2
+@@ -21,5 +20,0 @@ sha256:b88b0b8561
+@@ -33,6 +27,0 @@ sha256:2d68152a27
+// ember-book: end cpu_fallback.v2
+
 // ember-book: begin fallback_one_device.v1
 @@ -2,6 +1,0 @@ sha256:826f13bfc0
 @@ -24,6 +18,4 @@ sha256:185433679a

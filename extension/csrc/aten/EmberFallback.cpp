@@ -34,6 +34,11 @@ struct RegisterFallbackCheck {
   }
 };
 
+// Chapter 15b's route for a call made while a stream captures (defined with
+// the host kernel, EmberHostKernel.cpp).
+bool hostKernelWhileCapturing(const c10::OperatorHandle& op,
+                              torch::jit::Stack* stack);
+
 // A boxed kernel: the dispatcher hands over the operator and a stack whose
 // last entries are its arguments; the results must replace them.
 void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -41,6 +46,12 @@ void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       torch::jit::last(*stack, op.schema().arguments().size());
   for (const FallbackCheck check : fallbackChecks()) {
     check(op, arguments);
+  }
+  // A capturing stream cannot record the round trip through host memory;
+  // the host kernel (EmberHostKernel.cpp) runs the call in one recordable
+  // launch instead, when a stream captures.
+  if (hostKernelWhileCapturing(op, stack)) {
+    return;
   }
   // ATen's generic fallback: copy the tensor arguments to the CPU, run the
   // CPU kernel, copy mutated arguments back into the ember tensors, and move

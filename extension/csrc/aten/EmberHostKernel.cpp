@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/DispatchKeySet.h>
 #include <torch/library.h>
 
@@ -59,6 +61,111 @@ std::optional<std::vector<size_t>> writtenArguments(
   }
   if (which.empty()) return std::nullopt;
   return which;
+}
+
+// An argument with fn applied to each ember tensor in it: a tensor, or the
+// elements of a tensor list.
+template <typename Fn>
+c10::IValue mapEmberTensors(const c10::IValue& value, const Fn& fn) {
+  const auto one = [&](const at::Tensor& t) -> at::Tensor {
+    return t.defined() && t.is_privateuseone() ? fn(t) : t;
+  };
+  if (value.isTensor()) {
+    return one(value.toTensor());
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : value.toTensorVector()) list.push_back(one(t));
+    return list;
+  }
+  if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : value.toOptionalTensorVector()) {
+      list.push_back(t ? std::optional<at::Tensor>(one(*t)) : std::nullopt);
+    }
+    return list;
+  }
+  return value;
+}
+
+// A call while the stream captures, recorded as one kernel. The operator's
+// meta kernel runs now: it checks the arguments (a replay has nobody to
+// raise to) and gives the results' sizes, strides and dtypes. Out= tensors
+// are resized to them and new results allocated on the device before the
+// launch (host views can do neither); the recorded kernel runs the CPU's
+// kernel on host views and copies each new result into its tensor. Refused
+// by name: an operator without a meta kernel, or whose results are neither
+// new tensors nor written arguments.
+void hostKernelCaptured(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                        c10::Device device) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = c10::toString(schema.operator_name());
+  const auto written = writtenArguments(schema);
+  for (const c10::Argument& ret : schema.returns()) {
+    if (!written && (ret.alias_info() != nullptr ||
+                     !ret.type()->castRaw<c10::TensorType>())) {
+      refuseWhileCapturing(name.c_str(), device);
+    }
+  }
+  const size_t first = stack->size() - schema.arguments().size();
+  const std::vector<c10::IValue> arguments(stack->begin() + first, stack->end());
+  std::vector<at::Tensor> tensors; // every ember tensor, for the launch
+  torch::jit::Stack meta;
+  for (const c10::IValue& value : arguments) {
+    meta.push_back(mapEmberTensors(value, [&](const at::Tensor& t) {
+      // A host view holds the plain values: the bit would be lost.
+      TORCH_CHECK(!t.is_conj() && !t.is_neg(), "ember: ", name, " cannot be ",
+                  "captured with a lazily conjugated or negated view on ",
+                  device, "; resolve_conj() it before the capture");
+      tensors.push_back(t);
+      return at::empty_strided(t.sizes(), t.strides(),
+                               t.options().device(c10::kMeta));
+    }));
+  }
+  const torch::jit::Stack resized(meta); // the meta out= tensors, once run
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const c10::NotImplementedError&) {
+    refuseWhileCapturing(name.c_str(), device);
+  }
+  std::vector<at::Tensor> results; // new results; undefined where meta's is
+  if (written) {
+    for (size_t i : *written) {
+      at::native::resize_output(arguments[i].toTensor(),
+                                resized[i].toTensor().sizes());
+    }
+  } else {
+    for (const c10::IValue& value : meta) {
+      const at::Tensor shape = value.isTensor() ? value.toTensor() : at::Tensor();
+      results.push_back(shape.defined()
+                            ? at::empty_strided(shape.sizes(), shape.strides(),
+                                                shape.options().device(device))
+                            : at::Tensor());
+    }
+  }
+  std::vector<const at::Tensor*> pointers;
+  for (const at::Tensor& t : tensors) pointers.push_back(&t);
+  for (const at::Tensor& t : results) pointers.push_back(&t);
+  onHostOwned(name, device, pointers,
+              [op, arguments, results](const HostView& host) {
+                torch::jit::Stack call;
+                for (const c10::IValue& value : arguments) {
+                  call.push_back(mapEmberTensors(value, host));
+                }
+                op.redispatchBoxed(
+                    c10::DispatchKeySet(c10::DispatchKey::CPU), &call);
+                for (size_t j = 0; j < results.size(); ++j) {
+                  if (results[j].defined()) {
+                    host(results[j]).copy_(call[j].toTensor());
+                  }
+                }
+              });
+  torch::jit::drop(*stack, arguments.size());
+  if (written) {
+    for (size_t i : *written) stack->push_back(arguments[i]);
+  } else {
+    for (const at::Tensor& t : results) stack->push_back(t);
+  }
 }
 
 // A boxed kernel, like chapter 03's fallback, but without its copies: the
@@ -137,9 +244,13 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (c10::IValue& value : returns) stack->push_back(std::move(value));
     return;
   }
-  // A new result is made in host memory and copied to the device after the
-  // launch, which a graph cannot record: refused by name while capturing.
-  refuseWhileCapturing(name.c_str(), device);
+  // Eagerly a new result is made in host memory and copied to the device
+  // after the launch, which a graph cannot record: while capturing, the
+  // results are allocated on the device first.
+  if (streamCaptures(device)) {
+    hostKernelCaptured(op, stack, device);
+    return;
+  }
   std::vector<at::Tensor> results;
   onHost(name.c_str(), device, pointers, [&](const HostView& host) {
     std::vector<at::Tensor> views;
@@ -171,6 +282,27 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       (*stack)[returns_begin + j] = results[j].to(device);
     }
   }
+}
+
+// For chapter 03's CPU fallback: while the stream of the call's ember device
+// captures, the copies to the CPU and back cannot be recorded, so the call
+// is recorded as the host kernel's instead. False, and nothing done, when
+// nothing captures.
+bool hostKernelWhileCapturing(const c10::OperatorHandle& op,
+                              torch::jit::Stack* stack) {
+  std::optional<c10::Device> device;
+  for (const c10::IValue& value :
+       torch::jit::last(*stack, op.schema().arguments().size())) {
+    mapEmberTensors(value, [&](const at::Tensor& t) {
+      if (!device) device = t.device();
+      return t;
+    });
+  }
+  if (!device || !streamCaptures(*device)) {
+    return false;
+  }
+  hostKernelCaptured(op, stack, *device);
+  return true;
 }
 
 } // namespace ember

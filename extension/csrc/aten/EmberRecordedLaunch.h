@@ -76,17 +76,21 @@ void launchRecorded(c10::ArrayRef<const void*> buffers, const Body& body) {
   }
 }
 
-// For work that launches in place (a random kernel) or copies through host
-// memory (a host kernel's new result): while the device's current stream
-// captures, makes the in-place launch the work would make, which the driver
-// refuses, invalidating the capture as CUDA does, and raises CUDA's error
-// with the operator's name.
-inline void refuseWhileCapturing(const char* op, c10::Device device) {
+// Whether the device's current stream captures (its launches are recorded).
+inline bool streamCaptures(c10::Device device) {
   emStream_t stream = 0;
   int capturing = 0;
   EMBER_CHECK(emGetStream(device.index(), &stream));
   EMBER_CHECK(emStreamIsCapturing(device.index(), stream, &capturing));
-  if (capturing != 0) {
+  return capturing != 0;
+}
+
+// For work that cannot be recorded (a random kernel, an operator without a
+// meta kernel): while the device's current stream captures, makes an in-place
+// launch, which the driver refuses, invalidating the capture as CUDA does,
+// and raises CUDA's error with the operator's name.
+inline void refuseWhileCapturing(const char* op, c10::Device device) {
+  if (streamCaptures(device)) {
     const c10::DeviceGuard guard(device);
     const emError_t error = emLaunchKernel([](void*) {}, nullptr, nullptr, 0);
     TORCH_CHECK(false, "ember: ", op,
