@@ -80,16 +80,23 @@ def facts() -> dict:
         facts["replayed_add"] = x.cpu().tolist()
         graph.reset()
 
-        def trained(captured):
+        def trained(captured, conv=False):
             torch.manual_seed(0)
             net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to("ember")
+            if conv:  # functional host kernels (convolution, layer norm) and the fallback's mse_loss
+                net = nn.Sequential(
+                    nn.Unflatten(1, (2, 2, 2)), nn.Conv2d(2, 3, 2, padding=1), nn.LayerNorm([3, 3, 3]),
+                    nn.Flatten(), nn.Linear(27, 2),
+                ).to("ember")
             optimizer = torch.optim.Adam(net.parameters(), lr=0.01, capturable=True)
             data = torch.randn(4, 8, device="ember")
+            target = torch.randn(4, 2, device="ember")
 
             def step():
                 optimizer.zero_grad(set_to_none=False)
                 out = net(data)
-                (out * out).mean().backward()
+                loss = nn.functional.mse_loss(out, target) if conv else (out * out).mean()
+                loss.backward()
                 optimizer.step()
 
             side = torch.ember.Stream()
@@ -109,6 +116,8 @@ def facts() -> dict:
 
         pairs = zip(trained(True), trained(False), strict=True)
         facts["step_difference"] = max((a - b).abs().max().item() for a, b in pairs)
+        pairs = zip(trained(True, conv=True), trained(False, conv=True), strict=True)
+        facts["conv_step_difference"] = max((a - b).abs().max().item() for a, b in pairs)
         try:
             with torch.ember.graph(torch.ember.EmberGraph()):
                 x.sum().item()
@@ -161,3 +170,11 @@ def test_a_host_read_in_a_capture_fails_in_cudas_words_naming_the_operator(facts
     operator_error, capture_error = facts["item_errors"]
     assert "aten::_local_scalar_dense: operation not permitted when stream is capturing" in operator_error
     assert "the graph capture failed: operation not permitted when stream is capturing" in capture_error
+
+
+def test_a_captured_step_through_functional_host_kernels_and_the_fallback_replays_equal_to_eager(
+    facts: dict,
+) -> None:
+    # Convolution and layer norm are functional host kernels, mse_loss the fallback's: both recorded by
+    # hostKernelCaptured, with results allocated from the meta kernels' sizes.
+    assert facts["conv_step_difference"] <= 1e-6
