@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 
 
 def add_ten(t: torch.Tensor) -> torch.Tensor:
@@ -63,12 +62,9 @@ def test_replay_runs_in_order_on_the_current_stream(compiled_add_ten) -> None:  
 @pytest.mark.parametrize(
     ("work", "call"),
     [
-        # A host kernel with a new result (computed in host memory, copied after the launch) runs in
-        # place: eager kernels that own their arguments are recorded (test_ember_eager_graphs.py).
-        (
-            lambda x: nn.functional.pad(x.view(1, 1, 2, 2), (1, 1, 1, 1), mode="replicate"),
-            "emLaunchKernel",
-        ),
+        # A random kernel other than dropout launches in place: eager kernels that own their arguments
+        # are recorded (test_ember_eager_graphs.py), and this one reads its generator when launched.
+        (lambda x: torch.rand(4, device="ember"), "emLaunchKernel"),
         (lambda x: x.cpu(), "emMemcpy"),  # a copy to the host waits for the stream
         (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
     ],
