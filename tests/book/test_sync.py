@@ -107,8 +107,10 @@ def test_a_chapter_builds_on_the_chapters_before_it():
 
 def test_a_revision_is_checked_against_history_and_the_latest_against_csrc():
     placed = {(part.origin, place) for part, place in sync.placements(sync.chapter_parts())}
+    # cpu_fallback: two versions in the fallback chapter (history), the latest in the deployment chapter.
     assert ("03_fallback.ipynb[cpu_fallback]", ("history/fallback", "cpu_fallback.v1")) in placed
-    assert ("03_fallback.ipynb[cpu_fallback]", ("csrc", "cpu_fallback")) in placed
+    assert ("03_fallback.ipynb[cpu_fallback]", ("history/fallback", "cpu_fallback.v2")) in placed
+    assert ("15b_deployment.ipynb[cpu_fallback]", ("csrc", "cpu_fallback")) in placed
     assert (
         "01_allocator.ipynb[exercise_capped_allocator]",
         ("solutions/allocator", "exercise_capped_allocator"),
@@ -288,20 +290,21 @@ def test_a_version_identical_to_the_next_one_is_derived(tmp_path):
     history = material / "history" / "fallback.cpp"
     (region,) = [r for r in sync.regions_in_file(history) if r.name == "cpu_fallback.v1"]
     others = [r.name for r in sync.regions_in_file(history) if r.name != region.name]
-    latest = sync.all_regions(extension, material)[("csrc", "cpu_fallback")].text
+    following = sync.all_regions(extension, material)[("history/fallback", "cpu_fallback.v2")].text
     # Store version 1 as a copy of version 2 in full, compact: it is dropped, and derived.
     text = history.read_text()
     begin, end = f"// ember-book: begin {region.name}\n", f"// ember-book: end {region.name}\n"
     start, stop = text.index(begin), text.index(end) + len(end)
-    history.write_text(text[:start] + begin + latest + end + text[stop:])
+    history.write_text(text[:start] + begin + following + end + text[stop:])
     assert sync.compact_history(extension, material) == [history]
     assert [r.name for r in sync.regions_in_file(history)] == others
     found = sync.all_regions(extension, material)
     derived = regions.history_text(found, ("history/fallback", "cpu_fallback.v1"), "csrc")
-    assert derived is not None and derived.text == latest
-    # The chapter's first cpu_fallback cell is not version 2, so the check says so.
+    assert derived is not None and derived.text == following
+    # The chapter's first cpu_fallback cell is not its second version, so the check says so.
     problems = sync.cpp_problems(extension=extension, material=material)
     assert any(
-        p.startswith("03_fallback.ipynb[cpu_fallback] differs from") and "csrc" in p.splitlines()[0]
+        p.startswith("03_fallback.ipynb[cpu_fallback] differs from")
+        and "history/fallback" in p.splitlines()[0]
         for p in problems
     )
