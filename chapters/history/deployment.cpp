@@ -66,3 +66,18 @@
 @@ -77,18 +67,0 @@ sha256:c0c60575af
 @@ -149,3 +121,0 @@ sha256:26e6eacf4a
 // ember-book: end batch_norm.v2
+
+// ember-book: begin graph_impl.v2
+@@ -16,1 +15,0 @@ sha256:e0c61f66bd
+@@ -51,1 +49,0 @@ sha256:07b9a10b4d
+@@ -59,1 +56,0 @@ sha256:d000bdea76
+@@ -64,4 +61,4 @@ sha256:3dd459ad94
++                "and compiled), device copies and copies from pinned host "
++                "memory; a synchronize, a copy to pageable host memory, a host "
++                "read of a device value and a random kernel cannot be "
++                "captured.");
+@@ -76,1 +72,0 @@ sha256:3345ac5aff
+@@ -80,3 +75,0 @@ sha256:a49135bca8
+@@ -98,2 +90,0 @@ sha256:621bb5894a
+@@ -126,4 +116,0 @@ sha256:f238b2e5a6
+// ember-book: end graph_impl.v2

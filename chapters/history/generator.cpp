@@ -33,3 +33,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 @@ -3,4 +2,0 @@ sha256:faafa577ca
 @@ -14,1 +9,0 @@ sha256:6435cb6e70
 // ember-book: end reserve_random.v1
+
+// ember-book: begin dropout.v1
+@@ -28,4 +28,2 @@ sha256:35214dfffe
++    const PhiloxSeed key =
++        reserveRandom("aten::native_dropout", std::nullopt, input, 1);
+@@ -33,4 +31,1 @@ sha256:427822c470
++    launch({in.data_ptr(), output.data_ptr(), mask.data_ptr()}, [&](ptrdiff_t offset) {
+@@ -69,2 +64,1 @@ sha256:4b8f901e32
++    launch({g.data_ptr(), m.data_ptr(), result.data_ptr()}, [&](ptrdiff_t offset) {
+// ember-book: end dropout.v1

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "aten/EmberLaunch.h"
+#include "aten/EmberRecordedLaunch.h"
 #include "runtime/EmberGenerator.h"
 
 // ember-book: begin philox
@@ -515,10 +516,15 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
     using T = decltype(zero);
     const T keep = T(1) - static_cast<T>(p);
     const T scale = p < 1.0 ? T(1) / keep : T(0);
-    const PhiloxSeed key =
-        reserveRandom("aten::native_dropout", std::nullopt, input, 1);
+    // Recordable (chapter 15b): the body owns what it uses, and reads its
+    // key when it runs, so that each replay of a graph draws new numbers.
+    const RecordedPhiloxSeed recorded =
+        reserveRecordedRandom("aten::native_dropout", std::nullopt, input, 1);
     const int64_t n = in.numel();
-    launch({in.data_ptr(), output.data_ptr(), mask.data_ptr()}, [&](ptrdiff_t offset) {
+    launchRecorded({in.data_ptr(), output.data_ptr(), mask.data_ptr()},
+                   [in, output, mask, n, keep, scale,
+                    recorded](ptrdiff_t offset) {
+      const PhiloxSeed key = recorded.get();
       const T* x = atOffset<const T>(in, offset);
       T* y = atOffset<T>(output, offset);
       bool* kept = atOffset<bool>(mask, offset);
@@ -551,7 +557,8 @@ at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask,
     using T = decltype(zero);
     const T s = static_cast<T>(scale);
     const int64_t n = g.numel();
-    launch({g.data_ptr(), m.data_ptr(), result.data_ptr()}, [&](ptrdiff_t offset) {
+    launchRecorded({g.data_ptr(), m.data_ptr(), result.data_ptr()},
+                   [g, m, result, n, s](ptrdiff_t offset) {
       const T* dy = atOffset<const T>(g, offset);
       const bool* kept = atOffset<const bool>(m, offset);
       T* dx = atOffset<T>(result, offset);

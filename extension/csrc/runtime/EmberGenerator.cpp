@@ -177,6 +177,87 @@ PhiloxSeed reserveRandom(const char* op,
 } // namespace ember
 // ember-book: end reserve_random
 
+// ember-book: begin recorded_random
+#include <map>
+
+namespace ember {
+
+// The graphs capturing random calls, per device and capturing stream: how
+// many counter values each has reserved, and the base its replays write.
+// Guarded by the device's default generator's mutex.
+struct RandomCapture {
+  std::shared_ptr<GraphRandomBase> base;
+  uint64_t reserved = 0;
+};
+std::map<std::pair<c10::DeviceIndex, int64_t>, RandomCapture>& randomCaptures() {
+  static std::map<std::pair<c10::DeviceIndex, int64_t>, RandomCapture> captures;
+  return captures;
+}
+
+RecordedPhiloxSeed reserveRecordedRandom(
+    const char* op, const std::optional<at::Generator>& generator,
+    const at::Tensor& self, uint64_t count) {
+  const c10::Device device = self.device();
+  if (!streamCaptures(device)) {
+    return {reserveRandom(op, generator, self, count), nullptr};
+  }
+  at::Generator chosen = defaultGenerator(device.index());
+  TORCH_CHECK(!generator.has_value() || !generator->defined() ||
+                  *generator == chosen,
+              "ember: ", op, " cannot be captured with a generator of its "
+              "own: a graph's replays draw from the default generator of ",
+              device, "; leave generator= out of captured calls");
+  emStream_t stream = 0;
+  EMBER_CHECK(emGetStream(device.index(), &stream));
+  std::lock_guard<std::mutex> lock(chosen.mutex());
+  auto found = randomCaptures().find({device.index(), stream});
+  if (found == randomCaptures().end()) {
+    refuseWhileCapturing(op, device); // raises: a capture no graph began
+    TORCH_CHECK(false, "ember: ", op, ": the capture on ", device, " ended");
+  }
+  const uint64_t first = found->second.reserved;
+  found->second.reserved += count;
+  return {{0, first}, found->second.base};
+}
+
+std::shared_ptr<GraphRandomBase> beginRandomCapture(c10::DeviceIndex device,
+                                                    int64_t stream) {
+  at::Generator generator = defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto base = std::make_shared<GraphRandomBase>();
+  randomCaptures()[{device, stream}] = {base, 0};
+  return base;
+}
+
+uint64_t endRandomCapture(c10::DeviceIndex device, int64_t stream) {
+  at::Generator generator = defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto found = randomCaptures().find({device, stream});
+  if (found == randomCaptures().end()) {
+    return 0;
+  }
+  const uint64_t reserved = found->second.reserved;
+  randomCaptures().erase(found);
+  return reserved;
+}
+
+// emGraphLaunch runs the graph's kernels before it returns (ember_driver.h),
+// so the base written here is the one this replay's kernels read.
+void replayRandom(c10::DeviceIndex device, GraphRandomBase& base,
+                  uint64_t count) {
+  if (count == 0) {
+    return;
+  }
+  at::Generator generator = defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto* impl = generator.get<EmberGenerator>();
+  base.seed = impl->current_seed();
+  base.offset = impl->reserve(count);
+}
+
+} // namespace ember
+// ember-book: end recorded_random
+
 // ember-book: begin generator_ops
 namespace ember {
 

@@ -5,6 +5,7 @@
 
 #include "driver/ember_driver.h"
 #include "runtime/EmberCheck.h"
+#include "runtime/EmberGenerator.h"
 
 // ember-book: begin graph_pool
 #include <ATen/core/GraphImplInterface.h> // GraphImplInterface, MempoolId_t
@@ -76,6 +77,7 @@ class EmberGraph final : public at::GraphImplInterface {
   ~EmberGraph() override {
     if (capturing_) {
       route(device_, 0, 0);
+      (void)endRandomCapture(device_, stream_);
       emGraph_t dropped = 0;
       (void)emStreamEndCapture(device_, stream_, &dropped); // no throw here
       if (dropped != 0) (void)emGraphDestroy(dropped);
@@ -110,6 +112,7 @@ class EmberGraph final : public at::GraphImplInterface {
       route(device_, 0, 0);
       EMBER_CHECK(began);
     }
+    random_ = beginRandomCapture(device_, stream_);
     capturing_ = true;
   }
 
@@ -117,14 +120,15 @@ class EmberGraph final : public at::GraphImplInterface {
     TORCH_CHECK(capturing_, "ember: capture_end() without capture_begin()");
     capturing_ = false;
     route(device_, 0, 0);
+    randomCount_ = endRandomCapture(device_, stream_);
     const emError_t ended = emStreamEndCapture(device_, stream_, &graph_);
     TORCH_CHECK(ended != emErrorStreamCapture, "ember: the graph capture "
                 "failed: operation not permitted when stream is capturing: ",
                 emGetErrorDetail(ended), ". Ember records its kernels (eager "
-                "and compiled), device copies and copies from pinned host "
-                "memory; a synchronize, a copy to pageable host memory, a host "
-                "read of a device value and a random kernel cannot be "
-                "captured.");
+                "and compiled), device copies, copies from pinned host memory "
+                "and dropout; a synchronize, a copy to pageable host memory, a "
+                "host read of a device value and the other random kernels "
+                "cannot be captured.");
     EMBER_CHECK(ended);
   }
 
@@ -133,9 +137,13 @@ class EmberGraph final : public at::GraphImplInterface {
   }
 
   // On the graph's device's current stream, in order with its other work.
+  // Its random calls first take their counter values from the generator.
   void replay() override {
     TORCH_CHECK(graph_ != 0, "ember: replay() of a graph that holds no "
                 "capture (capture into it first, or it was reset)");
+    if (random_ != nullptr) {
+      replayRandom(device_, *random_, randomCount_);
+    }
     emStream_t current = 0;
     EMBER_CHECK(emGetStream(device_, &current));
     EMBER_CHECK(emGraphLaunch(graph_, device_, current));
@@ -151,6 +159,8 @@ class EmberGraph final : public at::GraphImplInterface {
       graph_ = 0;
     }
     pool_ = {0, 0};
+    random_ = nullptr;
+    randomCount_ = 0;
   }
 
   at::MempoolId_t pool() const override {
@@ -177,6 +187,10 @@ class EmberGraph final : public at::GraphImplInterface {
   at::MempoolId_t pool_{0, 0};
   bool capturing_ = false;
   bool debug_ = false;
+  // The counter values its random calls take per replay, and where they
+  // start (written by each replay, read by the calls).
+  std::shared_ptr<GraphRandomBase> random_;
+  uint64_t randomCount_ = 0;
 };
 
 std::unique_ptr<at::GraphImplInterface> createGraph(
