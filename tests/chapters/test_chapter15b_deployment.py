@@ -118,6 +118,22 @@ def facts() -> dict:
         facts["step_difference"] = max((a - b).abs().max().item() for a, b in pairs)
         pairs = zip(trained(True, conv=True), trained(False, conv=True), strict=True)
         facts["conv_step_difference"] = max((a - b).abs().max().item() for a, b in pairs)
+        ones = torch.ones(64, device="ember")
+        torch.ember.manual_seed(3)
+        eager_masks = [(nn.functional.dropout(ones, 0.5) != 0).tolist() for _ in range(3)]
+        torch.ember.manual_seed(3)
+        dropped = torch.ember.EmberGraph()
+        with torch.ember.graph(dropped):
+            kept = nn.functional.dropout(ones, 0.5) != 0
+        replayed_masks = []
+        for _ in range(3):
+            dropped.replay()
+            replayed_masks.append(kept.tolist())
+        facts["dropout_masks_equal"] = replayed_masks == eager_masks
+        facts["dropout_masks_differ"] = replayed_masks[0] != replayed_masks[1]
+        facts["offset_after_replays"] = torch.ember.default_generator(0).get_offset()
+        dropped.reset()
+        del ones, kept
         try:
             with torch.ember.graph(torch.ember.EmberGraph()):
                 x.sum().item()
@@ -178,3 +194,10 @@ def test_a_captured_step_through_functional_host_kernels_and_the_fallback_replay
     # Convolution and layer norm are functional host kernels, mse_loss the fallback's: both recorded by
     # hostKernelCaptured, with results allocated from the meta kernels' sizes.
     assert facts["conv_step_difference"] <= 1e-6
+
+
+def test_dropout_replays_draw_what_the_same_eager_calls_draw(facts: dict) -> None:
+    # The graph reserves its one counter value per replay from the generator: the masks of three replays are
+    # those of three eager calls after the same seed, each new, and the generator ends where eager's would.
+    assert facts["dropout_masks_equal"] and facts["dropout_masks_differ"]
+    assert facts["offset_after_replays"] == 3

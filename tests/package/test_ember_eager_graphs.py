@@ -1,10 +1,11 @@
 """Graphs of eager code on the installed torch_ember, with CUDA's semantics: ember's kernels, copies between
 device buffers and copies from pinned host memory are recorded while a stream captures, a replay equals running
 the code again eagerly, and what cannot be captured (a synchronize, a host read of a device value, a copy to
-pageable host memory, a random kernel, an operator whose result's size depends on values) is an error in CUDA's
+pageable host memory, a random kernel other than dropout, an operator whose result's size depends on values) is an error in CUDA's
 words naming the operator, which invalidates the capture. Operators computed by the CPU's kernel on the device's
 memory (the host kernel's functional operators, and the CPU fallback's while a stream captures) are recorded
-with their results allocated from the meta kernel's sizes and strides."""
+with their results allocated from the meta kernel's sizes and strides. Dropout is recorded with CUDA's semantics
+for random numbers: each replay draws from the default generator where the same eager calls would."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def test_a_custom_operator_kernel_is_replayed() -> None:
         (lambda x: x.cpu(), "aten::_copy_from"),
         (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
         (lambda x: torch.rand(4, device="ember"), "aten::uniform_"),
-        (lambda x: torch.nn.functional.dropout(x, 0.5), "aten::native_dropout"),
+        (lambda x: torch.randn_like(x), "aten::normal_"),
     ],
 )
 def test_what_cannot_be_captured_fails_in_cudas_words_and_invalidates_the_capture(
@@ -210,6 +211,65 @@ def test_a_step_with_cross_entropy_batch_norm_and_max_pooling_replays_equal_to_e
     torch.ember.synchronize()
     for a, b in zip(eager.state_dict().values(), captured.state_dict().values(), strict=True):
         assert torch.equal(a.cpu(), b.cpu())  # weights, running statistics and the batch count
+    graph.reset()
+
+
+def dropout_training(seed: int, captured: bool, replays: int = 4) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The parameters after 1 + replays steps of an MLP with dropout, and the generator's state after them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4)).to("ember")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batches = [(torch.randn(8, 16), torch.randn(8, 4)) for _ in range(1 + replays)]
+    torch.ember.manual_seed(seed)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=False)
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+
+    if not captured:
+        for x, y in batches:
+            step(x.to("ember"), y.to("ember"))
+    else:
+        x, y = batches[0][0].to("ember"), batches[0][1].to("ember")
+        side = torch.ember.Stream()
+        with torch.ember.stream(side):
+            step(x, y)  # the warm-up is the first batch's step
+        graph = torch.ember.EmberGraph()
+        with torch.ember.graph(graph, stream=side):
+            step(x, y)  # recorded: reserves no numbers of the generator
+        for x_cpu, y_cpu in batches[1:]:
+            x.copy_(x_cpu)
+            y.copy_(y_cpu)
+            graph.replay()
+        graph.reset()
+    return [p.detach().cpu() for p in model.parameters()], torch.ember.get_rng_state()
+
+
+def test_a_step_with_dropout_replays_equal_to_eager_and_leaves_the_generator_where_eager_would() -> None:
+    eager, eager_state = dropout_training(123, captured=False)
+    replayed_params, replayed_state = dropout_training(123, captured=True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, replayed_params, strict=True))
+    assert torch.equal(eager_state, replayed_state)
+    # The seed matters: another seed's masks give other parameters.
+    other, _ = dropout_training(124, captured=True)
+    assert not all(torch.equal(a, b) for a, b in zip(eager, other, strict=True))
+
+
+def test_each_replay_of_dropout_draws_a_new_mask() -> None:
+    x = torch.ones(4096, device="ember")
+    graph, out = capture(lambda: nn.functional.dropout(x, 0.5))
+    masks = []
+    for _ in range(3):
+        graph.replay()
+        masks.append(out.cpu() != 0)  # type: ignore[union-attr]
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+    assert all(0.4 < mask.float().mean().item() < 0.6 for mask in masks)
+    torch.ember.manual_seed(5)
+    graph.replay()
+    first = out.cpu()  # type: ignore[union-attr]
+    torch.ember.manual_seed(5)
+    assert torch.equal(nn.functional.dropout(x, 0.5).cpu(), first)  # the replay drew eager's numbers
     graph.reset()
 
 
