@@ -71,11 +71,10 @@
 @@ -16,1 +15,0 @@ sha256:e0c61f66bd
 @@ -51,1 +49,0 @@ sha256:07b9a10b4d
 @@ -59,1 +56,0 @@ sha256:d000bdea76
-@@ -64,4 +61,4 @@ sha256:3dd459ad94
+@@ -64,3 +61,3 @@ sha256:b7a3dccfee
 +                "and compiled), device copies and copies from pinned host "
 +                "memory; a synchronize, a copy to pageable host memory, a host "
 +                "read of a device value and a random kernel cannot be "
-+                "captured.");
 @@ -76,1 +72,0 @@ sha256:3345ac5aff
 @@ -80,3 +75,0 @@ sha256:a49135bca8
 @@ -98,2 +90,0 @@ sha256:621bb5894a

@@ -30,8 +30,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ember-book: end random_registration.v1
 
 // ember-book: begin reserve_random.v1
-@@ -3,4 +2,0 @@ sha256:faafa577ca
-@@ -14,1 +9,0 @@ sha256:6435cb6e70
+@@ -3,5 +2,0 @@ sha256:c999780576
+@@ -15,1 +9,0 @@ sha256:6435cb6e70
 // ember-book: end reserve_random.v1
 
 // ember-book: begin dropout.v1
@@ -43,3 +43,28 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 @@ -69,2 +64,1 @@ sha256:4b8f901e32
 +    launch({g.data_ptr(), m.data_ptr(), result.data_ptr()}, [&](ptrdiff_t offset) {
 // ember-book: end dropout.v1
+
+// ember-book: begin random_fill.v1
+@@ -17,2 +17,1 @@ sha256:31fd9f7520
++  const PhiloxSeed key = reserveRandom(op, generator, self, 1);
+@@ -22,3 +21,1 @@ sha256:b4b2d52444
++  launch({out.data_ptr()}, [&](ptrdiff_t offset) {
+// ember-book: end random_fill.v1
+
+// ember-book: begin bernoulli_randperm.v1
+@@ -17,2 +17,2 @@ sha256:b7c2c452a3
++    const PhiloxSeed key =
++        reserveRandom("aten::bernoulli_.Tensor", generator, self, 1);
+@@ -21,6 +21,1 @@ sha256:603d84b6b8
++    launch({out.data_ptr(), probs.data_ptr()}, [&](ptrdiff_t offset) {
+@@ -53,2 +48,1 @@ sha256:8df0ee552e
++  const PhiloxSeed key = reserveRandom("aten::randperm", generator, out, 1);
+@@ -56,2 +50,1 @@ sha256:e966fa01ec
++  launch({result.data_ptr()}, [&](ptrdiff_t offset) {
+// ember-book: end bernoulli_randperm.v1
+
+// ember-book: begin multinomial.v1
+@@ -75,7 +75,2 @@ sha256:6118bb8be3
++    const PhiloxSeed key = reserveRandom("aten::multinomial", generator, self, 1);
++    launch({weights.data_ptr(), result.data_ptr()}, [&](ptrdiff_t offset) {
+// ember-book: end multinomial.v1

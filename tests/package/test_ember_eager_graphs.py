@@ -1,11 +1,11 @@
 """Graphs of eager code on the installed torch_ember, with CUDA's semantics: ember's kernels, copies between
 device buffers and copies from pinned host memory are recorded while a stream captures, a replay equals running
 the code again eagerly, and what cannot be captured (a synchronize, a host read of a device value, a copy to
-pageable host memory, a random kernel other than dropout, an operator whose result's size depends on values) is an error in CUDA's
+pageable host memory, an operator whose result's size depends on values) is an error in CUDA's
 words naming the operator, which invalidates the capture. Operators computed by the CPU's kernel on the device's
 memory (the host kernel's functional operators, and the CPU fallback's while a stream captures) are recorded
-with their results allocated from the meta kernel's sizes and strides. Dropout is recorded with CUDA's semantics
-for random numbers: each replay draws from the default generator where the same eager calls would."""
+with their results allocated from the meta kernel's sizes and strides. Random kernels are recorded with CUDA's
+semantics for random numbers: each replay draws from the default generator where the same eager calls would."""
 
 from __future__ import annotations
 
@@ -132,8 +132,7 @@ def test_a_custom_operator_kernel_is_replayed() -> None:
         (lambda x: str(x), "aten::"),
         (lambda x: x.cpu(), "aten::_copy_from"),
         (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
-        (lambda x: torch.rand(4, device="ember"), "aten::uniform_"),
-        (lambda x: torch.randn_like(x), "aten::normal_"),
+        (lambda x: torch.unique(x), "aten::_unique2"),
     ],
 )
 def test_what_cannot_be_captured_fails_in_cudas_words_and_invalidates_the_capture(
@@ -180,6 +179,37 @@ def test_the_graph_pool_holds_the_captures_memory_until_reset() -> None:
     assert torch.ember.memory_allocated() == allocated and torch.ember.memory_reserved() == reserved
 
 
+Build = Callable[[], tuple[nn.Module, torch.optim.Optimizer]]
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def eager_and_replayed(
+    build: Build, loss: Loss, x: torch.Tensor, y: torch.Tensor
+) -> tuple[nn.Module, nn.Module]:
+    """Two models from `build`: one after 4 eager steps, one after a warm-up step and 3 replays of a captured one."""
+    (eager, eager_opt), (captured, captured_opt) = build(), build()
+
+    def step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad(set_to_none=False)
+        loss(model(x), y).backward()
+        opt.step()
+
+    side = torch.ember.Stream()
+    with torch.ember.stream(side):
+        step(captured, captured_opt)  # the warm-up makes the gradients and the optimizer's state
+    torch.ember.synchronize()
+    graph = torch.ember.EmberGraph()
+    with torch.ember.graph(graph, stream=side):
+        step(captured, captured_opt)  # recorded, not run
+    for _ in range(4):
+        step(eager, eager_opt)
+    for _ in range(3):
+        graph.replay()
+    torch.ember.synchronize()
+    graph.reset()
+    return eager, captured
+
+
 def test_a_step_with_cross_entropy_batch_norm_and_max_pooling_replays_equal_to_eager() -> None:
     # softmax, nll_loss, batch norm and max pooling run CPU kernels on host views (onHostOwned): recorded too.
     def build() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -190,28 +220,9 @@ def test_a_step_with_cross_entropy_batch_norm_and_max_pooling_replays_equal_to_e
         return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     x, y = torch.randn(6, 32, device="ember"), torch.randint(0, 5, (6,), device="ember")
-    (eager, eager_opt), (captured, captured_opt) = build(), build()
-
-    def step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
-        opt.zero_grad(set_to_none=False)
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    side = torch.ember.Stream()
-    with torch.ember.stream(side):
-        step(captured, captured_opt)  # the warm-up makes the gradients and the momentum buffers
-    torch.ember.synchronize()
-    graph = torch.ember.EmberGraph()
-    with torch.ember.graph(graph, stream=side):
-        step(captured, captured_opt)  # recorded, not run
-    for _ in range(4):
-        step(eager, eager_opt)
-    for _ in range(3):
-        graph.replay()
-    torch.ember.synchronize()
+    eager, captured = eager_and_replayed(build, nn.functional.cross_entropy, x, y)
     for a, b in zip(eager.state_dict().values(), captured.state_dict().values(), strict=True):
         assert torch.equal(a.cpu(), b.cpu())  # weights, running statistics and the batch count
-    graph.reset()
 
 
 def dropout_training(seed: int, captured: bool, replays: int = 4) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -254,6 +265,59 @@ def test_a_step_with_dropout_replays_equal_to_eager_and_leaves_the_generator_whe
     # The seed matters: another seed's masks give other parameters.
     other, _ = dropout_training(124, captured=True)
     assert not all(torch.equal(a, b) for a, b in zip(eager, other, strict=True))
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: torch.rand(64, device="ember"),
+        lambda: torch.randn(8, 8, device="ember").t(),
+        lambda: torch.randint(0, 100, (64,), device="ember"),
+        lambda: torch.randint(0, 100, (64,), device="ember", dtype=torch.int32),
+        lambda: torch.empty(64, device="ember").exponential_(),
+        lambda: torch.empty(8, 8, device="ember").t().bernoulli_(0.5),
+        lambda: torch.bernoulli(torch.linspace(0, 1, 64, device="ember")),
+        lambda: torch.randperm(64, device="ember"),
+        lambda: torch.multinomial(torch.linspace(1, 2, 64, device="ember"), 8),
+        lambda: nn.functional.dropout(torch.ones(64, device="ember"), 0.5),
+    ],
+    ids=[
+        "rand",
+        "randn_t",
+        "randint",
+        "randint_int32",
+        "exponential",
+        "bernoulli_t",
+        "bernoulli_p",
+        "randperm",
+        "multinomial",
+        "dropout",
+    ],
+)
+def test_each_replay_of_a_random_kernel_draws_what_the_next_eager_call_would(
+    draw: Callable[[], torch.Tensor],
+) -> None:
+    torch.ember.manual_seed(7)
+    graph, out = capture(draw)  # the capture reserves no number
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(out.cpu())  # type: ignore[union-attr]
+    state = torch.ember.get_rng_state()
+    graph.reset()
+    torch.ember.manual_seed(7)
+    eager = [draw().cpu() for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(replays, eager, strict=True))
+    assert not torch.equal(replays[0], replays[1])
+    assert torch.equal(state, torch.ember.get_rng_state())
+
+
+def test_a_random_call_with_a_generator_of_its_own_is_refused_at_capture() -> None:
+    # A replay draws from the default generator (CUDA asks for other generators to be registered with the graph).
+    generator = torch.Generator(device="ember")
+    with pytest.raises(RuntimeError, match="aten::uniform_ cannot be captured with a generator of its own"):
+        capture(lambda: torch.rand(4, device="ember", generator=generator))
+    assert torch.rand(4, device="ember", generator=generator).shape == (4,)  # eagerly it is fine
 
 
 def test_each_replay_of_dropout_draws_a_new_mask() -> None:
@@ -325,28 +389,9 @@ def test_a_step_with_convolution_layer_norm_and_mse_loss_replays_equal_to_eager(
         return model, torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
 
     x, y = torch.randn(4, 3, 6, 6, device="ember"), torch.randn(4, 5, device="ember")
-    (eager, eager_opt), (captured, captured_opt) = build(), build()
-
-    def step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
-        opt.zero_grad(set_to_none=False)
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-
-    side = torch.ember.Stream()
-    with torch.ember.stream(side):
-        step(captured, captured_opt)
-    torch.ember.synchronize()
-    graph = torch.ember.EmberGraph()
-    with torch.ember.graph(graph, stream=side):
-        step(captured, captured_opt)
-    for _ in range(4):
-        step(eager, eager_opt)
-    for _ in range(3):
-        graph.replay()
-    torch.ember.synchronize()
+    eager, captured = eager_and_replayed(build, nn.functional.mse_loss, x, y)
     for a, b in zip(eager.parameters(), captured.parameters(), strict=True):
         torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-5, atol=1e-6)
-    graph.reset()
 
 
 def test_an_operator_whose_result_size_depends_on_values_is_refused_by_name() -> None:

@@ -62,9 +62,9 @@ def test_replay_runs_in_order_on_the_current_stream(compiled_add_ten) -> None:  
 @pytest.mark.parametrize(
     ("work", "call"),
     [
-        # A random kernel other than dropout launches in place: eager kernels that own their arguments
-        # are recorded (test_ember_eager_graphs.py), and this one reads its generator when launched.
-        (lambda x: torch.rand(4, device="ember"), "emLaunchKernel"),
+        # An operator whose result's size depends on values: no meta kernel can size it, so it is refused
+        # with an in-place launch. Eager kernels that own their arguments are recorded (test_ember_eager_graphs.py).
+        (lambda x: torch.unique(x), "emLaunchKernel"),
         (lambda x: x.cpu(), "emMemcpy"),  # a copy to the host waits for the stream
         (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
     ],

@@ -101,11 +101,14 @@ at::Tensor& randomFill(const char* op, at::Tensor& self,
   if (self.numel() == 0) {
     return self;
   }
-  const PhiloxSeed key = reserveRandom(op, generator, self, 1);
+  const RecordedPhiloxSeed recorded =
+      reserveRecordedRandom(op, generator, self, 1);
   at::Tensor out = self.is_contiguous() ? self : at::empty(self.sizes(),
                                                           self.options());
   const int64_t n = out.numel();
-  launch({out.data_ptr()}, [&](ptrdiff_t offset) {
+  // Recordable (chapter 15b), as dropout: by value, the key read at run time.
+  launchRecorded({out.data_ptr()}, [out, n, draw, recorded](ptrdiff_t offset) {
+    const PhiloxSeed key = recorded.get();
     T* data = atOffset<T>(out, offset);
     at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
@@ -333,11 +336,16 @@ at::Tensor& bernoulliTensor_(at::Tensor& self, const at::Tensor& p,
     if (self.numel() == 0) {
       return self;
     }
-    const PhiloxSeed key =
-        reserveRandom("aten::bernoulli_.Tensor", generator, self, 1);
+    const RecordedPhiloxSeed recorded =
+        reserveRecordedRandom("aten::bernoulli_.Tensor", generator, self, 1);
     at::Tensor out = self.is_contiguous() ? self
                                           : at::empty(self.sizes(), self.options());
-    launch({out.data_ptr(), probs.data_ptr()}, [&](ptrdiff_t offset) {
+    // Recordable (chapter 15b). A replay that finds a probability outside
+    // [0, 1] warns (no caller is there to raise to), as CUDA's device asserts
+    // surface only at a later synchronize.
+    launchRecorded({out.data_ptr(), probs.data_ptr()},
+                   [out, probs, recorded](ptrdiff_t offset) {
+      const PhiloxSeed key = recorded.get();
       T* data = atOffset<T>(out, offset);
       const T* prob = atOffset<const T>(probs, offset);
       for (int64_t i = 0; i < out.numel(); ++i) {
@@ -364,9 +372,11 @@ at::Tensor& randpermOut(int64_t n, std::optional<at::Generator> generator,
   if (n == 0) {
     return out;
   }
-  const PhiloxSeed key = reserveRandom("aten::randperm", generator, out, 1);
+  const RecordedPhiloxSeed recorded =
+      reserveRecordedRandom("aten::randperm", generator, out, 1);
   at::Tensor result = out.is_contiguous() ? out : at::empty({n}, out.options());
-  launch({result.data_ptr()}, [&](ptrdiff_t offset) {
+  launchRecorded({result.data_ptr()}, [result, n, recorded](ptrdiff_t offset) {
+    const PhiloxSeed key = recorded.get();
     int64_t* data = atOffset<int64_t>(result, offset);
     std::iota(data, data + n, int64_t{0});
     for (int64_t i = n - 1; i > 0; --i) {
@@ -459,8 +469,13 @@ at::Tensor& multinomialOut(const at::Tensor& self, int64_t samples,
   at::Tensor result = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
   const auto run = [&](auto zero) -> at::Tensor& {
     using T = decltype(zero);
-    const PhiloxSeed key = reserveRandom("aten::multinomial", generator, self, 1);
-    launch({weights.data_ptr(), result.data_ptr()}, [&](ptrdiff_t offset) {
+    const RecordedPhiloxSeed recorded =
+        reserveRecordedRandom("aten::multinomial", generator, self, 1);
+    // Recordable (chapter 15b): by value, the key read when the body runs.
+    launchRecorded({weights.data_ptr(), result.data_ptr()},
+                   [weights, result, rows, categories, samples, replacement,
+                    recorded](ptrdiff_t offset) {
+      const PhiloxSeed key = recorded.get();
       const T* w = atOffset<const T>(weights, offset);
       int64_t* indices = atOffset<int64_t>(result, offset);
       for (int64_t r = 0; r < rows; ++r) {

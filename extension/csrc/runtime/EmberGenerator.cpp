@@ -150,10 +150,11 @@ static PlugNewGenerator plug_new_generator(&newGenerator);
 // ember-book: begin reserve_random
 namespace ember {
 
-// A random kernel launches in place (chapter 4's launch): a graph could not
-// record it, and a replay would draw the same numbers again. While the stream
+// A random kernel that launches in place (chapter 4's launch) cannot be
+// recorded, and a replay would draw the same numbers again. While the stream
 // captures, it is refused here (refuseWhileCapturing, EmberRecordedLaunch.h),
-// before any number is reserved.
+// before any number is reserved. A recorded kernel reserves through
+// reserveRecordedRandom (below), which calls this only eagerly.
 // The generator argument of a random operator, or the default generator of
 // the tensor's device. A generator of another device is refused: its numbers
 // would not be ember's, or not this device's.

@@ -125,10 +125,10 @@ class EmberGraph final : public at::GraphImplInterface {
     TORCH_CHECK(ended != emErrorStreamCapture, "ember: the graph capture "
                 "failed: operation not permitted when stream is capturing: ",
                 emGetErrorDetail(ended), ". Ember records its kernels (eager "
-                "and compiled), device copies, copies from pinned host memory "
-                "and dropout; a synchronize, a copy to pageable host memory, a "
-                "host read of a device value and the other random kernels "
-                "cannot be captured.");
+                "and compiled, random ones included), device copies and copies "
+                "from pinned host memory; a synchronize, a copy to pageable "
+                "host memory and a host read of a device value cannot be "
+                "captured.");
     EMBER_CHECK(ended);
   }
 
