@@ -241,18 +241,10 @@ def _read_cells(path: Path) -> list[dict] | None:
 def run_all(driver, lab: Lab, name: str) -> tuple[list[dict], float]:  # type: ignore[no-untyped-def]
     """Run ▸ Run All Cells, then wait until no cell is queued or running and the kernel is idle."""
     start = time.monotonic()
-
-    def started() -> bool:
-        return any("[*]" in c["prompt"] for c in driver.execute_script(CELLS_JS))
-
     click_menu(driver, "Run", "runmenu:run-all")  # Run ▸ Run All Cells
-    try:
-        wait_for(started, 30, "Run All to start")
-    except AssertionError:
-        # On a loaded machine the menu's click can land before JupyterLab has wired the command (seen
-        # once in CI, beside the package tests): a reader would click again, and so does the test.
-        click_menu(driver, "Run", "runmenu:run-all")
-        wait_for(started, 60, "Run All to start (clicked twice)")
+    wait_for(
+        lambda: any("[*]" in c["prompt"] for c in driver.execute_script(CELLS_JS)), 30, "Run All to start"
+    )
 
     def settled() -> list[dict] | None:
         cells = driver.execute_script(CELLS_JS)
