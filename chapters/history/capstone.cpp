@@ -95,7 +95,7 @@
 // ember-book: begin host_kernel.v1
 @@ -20,129 +19,0 @@ sha256:7f6a1c3396
 @@ -200,29 +70,0 @@ sha256:a81d7e47c6
-@@ -262,21 +103,0 @@ sha256:bff9c363d4
+@@ -262,29 +103,0 @@ sha256:112590b3d7
 // ember-book: end host_kernel.v1
 
 // ember-book: begin reductions.v2

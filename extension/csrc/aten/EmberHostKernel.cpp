@@ -290,13 +290,21 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // nothing captures.
 bool hostKernelWhileCapturing(const c10::OperatorHandle& op,
                               torch::jit::Stack* stack) {
+  // Asked on every fallback call, captured or not: the first ember tensor
+  // names the device, found without copying a list (mapEmberTensors would).
   std::optional<c10::Device> device;
+  const auto consider = [&](const c10::IValue& value) {
+    if (!device && value.isTensor() && value.toTensor().is_privateuseone()) {
+      device = value.toTensor().device();
+    }
+  };
   for (const c10::IValue& value :
        torch::jit::last(*stack, op.schema().arguments().size())) {
-    mapEmberTensors(value, [&](const at::Tensor& t) {
-      if (!device) device = t.device();
-      return t;
-    });
+    if (value.isTensorList() || value.isOptionalTensorList()) {
+      for (const c10::IValue& element : value.toListRef()) consider(element);
+    } else {
+      consider(value);
+    }
   }
   if (!device || !streamCaptures(*device)) {
     return false;
