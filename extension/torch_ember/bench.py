@@ -480,7 +480,15 @@ def _measure_graph_train_step(repeat: int, results: dict[str, float]) -> None:
     graph = torch_ember.device_module.EmberGraph()
     with torch_ember.device_module.graph(graph, stream=side):
         step()
-    eager, replay = interleaved([synced(step), synced(graph.replay)], repeat)
+    # On one host thread (chapter 15b says why): the backward's matrix products run on autograd's
+    # ember thread, whose OpenMP team beside the caller's oversubscribes a machine with few cores,
+    # and libgomp then wakes a sleeping team for every product, eager or replayed.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        eager, replay = interleaved([synced(step), synced(graph.replay)], repeat)
+    finally:
+        torch.set_num_threads(threads)
     results["graph_replay_train_step_vs_eager"] = ratio(replay, eager)
     results["train_step_eager_us"] = median_us(eager)
     graph.reset()
@@ -589,7 +597,7 @@ ROWS = [
     ("MLP training step, compiled (ember / CPU)", "compiled_mlp_step_vs_cpu_compiled"),
     ("100 one-element ops: graph replay / eager", "graph_replay_vs_eager_small_ops"),
     ("100 one-element ops: graph replay / compiled call", "graph_replay_vs_compiled_small_ops"),
-    ("MLP training step (8 x 64), eager: graph replay / eager", "graph_replay_train_step_vs_eager"),
+    ("MLP training step (8 x 64), eager, 1 thread: graph replay / eager", "graph_replay_train_step_vs_eager"),
     ("MLP step: memory history recording / not", "memory_history_overhead_mlp_step"),
     ("MLP step: profiled (CPU + ember) / not", "profiler_overhead_mlp_step"),
     *bench_sparse.TABLE_ROWS,
