@@ -73,6 +73,11 @@ book: setup
 # the package's tests: with both cores busy, the browser missed the kernel's websocket pings and the
 # server dropped the connection (CI, twice), so Run All never started.
 # The slowest tests are listed (--durations): on a cold clone they show where CI's time goes.
+# Each test process computes on one OpenMP thread (OMP_NUM_THREADS=1): two processes, each with the
+# caller's team and the autograd engine's ember thread's, would oversubscribe 2 cores, and libgomp then
+# puts waiting threads to sleep after 100 spins and wakes them for every parallel region (chapter 15b).
+# The saved outputs hold on any core count, one included.
+test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.build-requirements
 	$(MAKE) --no-print-directory extension > $(VENV)/extension-build.log 2>&1 & build=$$!; \
 	$(MAKE) --no-print-directory setup lint sync-check; checks=$$?; \
