@@ -65,6 +65,8 @@ def test_replay_runs_in_order_on_the_current_stream(compiled_add_ten) -> None:  
         # An operator whose result's size depends on values: no meta kernel can size it, so it is refused
         # with an in-place launch. Eager kernels that own their arguments are recorded (test_ember_eager_graphs.py).
         (lambda x: torch.unique(x), "emLaunchKernel"),
+        # nonzero's meta kernel, in Python, raises NotImplementedError instead: refused the same way.
+        (lambda x: torch.nonzero(x), "emLaunchKernel"),
         (lambda x: x.cpu(), "emMemcpy"),  # a copy to the host waits for the stream
         (lambda x: torch.ember.synchronize(), "emDeviceSynchronize"),
     ],

@@ -127,6 +127,12 @@ void hostKernelCaptured(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::NotImplementedError&) {
     refuseWhileCapturing(name.c_str(), device);
+  } catch (const c10::Error&) {
+    throw; // the arguments' error, as the eager call raises it
+  } catch (const std::exception&) {
+    // A meta kernel in Python that cannot size its results without reading
+    // the data (nonzero's raises Python's NotImplementedError).
+    refuseWhileCapturing(name.c_str(), device);
   }
   std::vector<at::Tensor> results; // new results; undefined where meta's is
   if (written) {
