@@ -17,6 +17,7 @@ Run it alone (`make test` does, after the chapters' nbval run, when their builds
     TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pytest -p no:cacheprovider \
         tests/chapters/test_lab_live.py
 EMBER_LAB_TEST_CHAPTERS=DIR takes the notebooks from DIR instead of chapters/ (e.g. executed copies).
+EMBER_LAB_TEST_ALL=1 runs every chapter, not only 02 and 13 (about 15 min with the builds cached).
 EMBER_LAB_SCREENSHOTS=DIR saves a screenshot of each cell the markup test looks at, to look at.
 """
 
@@ -41,7 +42,11 @@ from chromium import start_chromium
 ROOT = Path(__file__).resolve().parents[2]
 JUPYTER = Path(sys.executable).with_name("jupyter")
 SOURCE = Path(os.environ.get("EMBER_LAB_TEST_CHAPTERS") or ROOT / "chapters")
-CHAPTERS = ["02_minimal_ops.ipynb", "13_renaming.ipynb"]
+CHAPTERS = (
+    sorted(path.name for path in SOURCE.glob("[0-9]*.ipynb"))
+    if os.environ.get("EMBER_LAB_TEST_ALL") == "1"
+    else ["02_minimal_ops.ipynb", "13_renaming.ipynb"]
+)
 WIDGET_CHAPTER = "02_minimal_ops.ipynb"  # its dispatch tables get the live controls
 MARKUP_CHAPTER = "01_allocator.ipynb"  # opened, not run: exercises, solutions, %%cpp and %%py cells
 SCREENSHOTS = os.environ.get("EMBER_LAB_SCREENSHOTS")
