@@ -93,9 +93,9 @@
 // ember-book: end fill_where.v2
 
 // ember-book: begin host_kernel.v1
-@@ -20,135 +19,0 @@ sha256:294aae378e
-@@ -206,29 +70,0 @@ sha256:a81d7e47c6
-@@ -268,29 +103,0 @@ sha256:112590b3d7
+@@ -20,156 +19,0 @@ sha256:b460916e32
+@@ -227,32 +70,0 @@ sha256:7323c74811
+@@ -292,29 +103,0 @@ sha256:112590b3d7
 // ember-book: end host_kernel.v1
 
 // ember-book: begin reductions.v2

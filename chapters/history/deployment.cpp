@@ -23,15 +23,15 @@
 @@ -6,3 +6,2 @@ sha256:ccaf328d48
 +  TORCH_CHECK(t.device() == device, "ember: ", op, " expects all tensors on ",
 +              device, ", got one on ", t.device());
-@@ -170,1 +168,0 @@ sha256:0a98b76b44
-@@ -193,2 +191,6 @@ sha256:b73037da6d
+@@ -191,1 +189,0 @@ sha256:0a98b76b44
+@@ -214,2 +212,6 @@ sha256:b73037da6d
 +    } else {
 +      // Only a CPU scalar may come along; the CPU kernel would take any
 +      // other CPU tensor as is, and mix devices behind the caller's back.
 +      TORCH_CHECK(t.is_cpu() && t.dim() == 0, "ember: ", name, " expects ",
 +                  "ember tensors (and CPU scalars), got a ", t.dim(),
 +                  "-D tensor on ", t.device());
-@@ -200,8 +201,0 @@ sha256:ddef532441
+@@ -221,8 +222,0 @@ sha256:ddef532441
 // ember-book: end host_kernel.v2
 
 // ember-book: begin reductions.v3

@@ -415,3 +415,15 @@ def test_a_bad_call_fails_at_the_capture_with_pytorchs_message() -> None:
     ):
         with torch.ember.stream(torch.ember.Stream()), graph:
             nn.functional.mse_loss(a, b)
+
+
+def test_a_recorded_result_keeps_the_strides_it_had_at_the_capture() -> None:
+    # rot90 returns flip's result after transpose_(): the recorded flip writes with the strides it was captured
+    # with, as a CUDA kernel records its pointers and strides, not with those its result has by the replay.
+    x = torch.randn(3, 4, device="ember")
+    graph, out = capture(lambda: torch.rot90(x, 1, (0, 1)))
+    for _ in range(2):
+        x.copy_(torch.randn(3, 4))
+        graph.replay()
+        assert torch.equal(out.cpu(), torch.rot90(x.cpu(), 1, (0, 1)))  # type: ignore[union-attr]
+    graph.reset()

@@ -88,6 +88,20 @@ c10::IValue mapEmberTensors(const c10::IValue& value, const Fn& fn) {
   return value;
 }
 
+// What a recorded kernel keeps of an ember tensor: its memory, with the
+// sizes and strides it has at the capture, in a TensorImpl of its own. The
+// caller's tensor may change them in place afterwards (rot90 returns flip's
+// result after transpose_()); a replay must not see that, as a CUDA kernel
+// records its pointers and strides when it is launched.
+at::Tensor frozen(const at::Tensor& t) {
+  if (!t.defined() || !t.is_privateuseone()) return t;
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(t.storage()),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
 // A call while the stream captures, recorded as one kernel. The operator's
 // meta kernel runs now: it checks the arguments (a replay has nobody to
 // raise to) and gives the results' sizes, strides and dtypes. Out= tensors
@@ -152,8 +166,15 @@ void hostKernelCaptured(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   std::vector<const at::Tensor*> pointers;
   for (const at::Tensor& t : tensors) pointers.push_back(&t);
   for (const at::Tensor& t : results) pointers.push_back(&t);
+  std::vector<c10::IValue> kept; // what the kernel reads and writes, frozen
+  for (const c10::IValue& value : arguments) {
+    kept.push_back(mapEmberTensors(value, frozen));
+  }
+  std::vector<at::Tensor> kept_results;
+  for (const at::Tensor& t : results) kept_results.push_back(frozen(t));
   onHostOwned(name, device, pointers,
-              [op, arguments, results](const HostView& host) {
+              [op, arguments = std::move(kept),
+               results = std::move(kept_results)](const HostView& host) {
                 torch::jit::Stack call;
                 for (const c10::IValue& value : arguments) {
                   call.push_back(mapEmberTensors(value, host));
@@ -235,8 +256,11 @@ void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<c10::IValue> arguments(stack->begin() + first, stack->end());
     std::vector<size_t> slots;
     for (size_t position : positions) slots.push_back(position - first);
+    std::vector<at::Tensor> kept; // frozen: a replay writes what was captured
+    for (const at::Tensor& t : tensors) kept.push_back(frozen(t));
     onHostOwned(name, device, pointers,
-                [op, arguments, tensors, slots](const HostView& host) {
+                [op, arguments, tensors = std::move(kept),
+                 slots](const HostView& host) {
                   torch::jit::Stack call(arguments);
                   for (size_t k = 0; k < tensors.size(); ++k) {
                     call[slots[k]] = host(tensors[k]);
